@@ -1,0 +1,41 @@
+"""cron_celery: periodic Celery jobs for Django that run exactly once per scheduled slot."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ExecutionPattern",
+    "JobFailed",
+    "Run",
+    "TrackedTask",
+    "__version__",
+    "cron_task",
+    "register_task",
+]
+
+if TYPE_CHECKING:
+    from cron_celery.exceptions import JobFailed
+    from cron_celery.models import ExecutionPattern
+    from cron_celery.runs import Run
+    from cron_celery.tasks import TrackedTask, cron_task, register_task
+
+_LAZY = {
+    "ExecutionPattern": "cron_celery.models",
+    "JobFailed": "cron_celery.exceptions",
+    "Run": "cron_celery.runs",
+    "TrackedTask": "cron_celery.tasks",
+    "cron_task": "cron_celery.tasks",
+    "register_task": "cron_celery.tasks",
+}
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy, so that Django can import the package before its models are ready.
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'cron_celery' has no attribute {name!r}")

@@ -1,0 +1,16 @@
+from __future__ import annotations
+
+from django.apps import AppConfig
+
+
+class CronCeleryConfig(AppConfig):
+    name = "cron_celery"
+    verbose_name = "Cron jobs"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from cron_celery import checks, registry
+
+        checks.register()
+        # Declare every job now, so a duplicate name or code stops start-up at once.
+        registry.autodiscover()

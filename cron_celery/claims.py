@@ -1,0 +1,400 @@
+"""The SQL that decides whether a slot runs: claim, heartbeat and finish, with fences.
+
+Every decision about one job is serialised by locking that job's ``CronJob`` row (a row
+that always exists), never rows that may not exist. The same statement that takes the
+lock also advances the job's fence, so each claim gets a number no earlier claim had;
+every later write about the run carries it, and a write with a stale fence changes
+nothing.
+
+Statements per run (see docs/benchmarks.md): ``begin`` is 2 statements in one
+transaction when the job needs no slot or overlap check, 3 otherwise; ``finish`` is 2
+statements in one transaction; ``heartbeat`` is one statement every third of the lease.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+from typing import Any
+
+from django.db import connection, transaction
+
+from cron_celery import models, registry
+
+S = models.Status
+JOB = models.CronJob._meta.db_table
+EXE = models.CronExecution._meta.db_table
+
+#: Outcome of ``begin`` besides claiming or skipping: the execution was already
+#: finished or is running elsewhere (a broker redelivery); nothing was written.
+DUPLICATE = "DUPLICATE"
+
+
+class JobRowMissing(LookupError):
+    """The job's row is gone (a flushed database); ``runs`` recreates it and retries."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Claim:
+    """What ``begin`` decided for one call."""
+
+    outcome: str  # S.RUNNING (claimed), S.SKIPPED, or DUPLICATE
+    execution_id: int | None
+    run_number: int = 0
+    fence: int | None = None
+    retry_count: int = 0
+    skip_reason: str = ""
+    status_seen: str = ""  # for DUPLICATE: the status the execution already had
+
+    @property
+    def claimed(self) -> bool:
+        return self.outcome == S.RUNNING
+
+
+def ensure_job(job: registry.Job) -> int:
+    """Create or refresh the job's row from its declaration and return its id."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            INSERT INTO {JOB} (name, code, task, pattern, overlap, timezone, description,
+                               paused, fence, consecutive_failures, last_status,
+                               created_at, updated_at)
+            VALUES (%s, %s, %s, %s, %s, %s, %s, false, 0, 0, '', now(), now())
+            ON CONFLICT (name) DO UPDATE SET
+                code = EXCLUDED.code, task = EXCLUDED.task, pattern = EXCLUDED.pattern,
+                overlap = EXCLUDED.overlap, timezone = EXCLUDED.timezone,
+                description = EXCLUDED.description, updated_at = now()
+            WHERE ({JOB}.code, {JOB}.task, {JOB}.pattern, {JOB}.overlap, {JOB}.timezone,
+                   {JOB}.description)
+              IS DISTINCT FROM (EXCLUDED.code, EXCLUDED.task, EXCLUDED.pattern,
+                                EXCLUDED.overlap, EXCLUDED.timezone, EXCLUDED.description)
+            RETURNING id
+            """,
+            [job.name, job.code, job.task_name, job.pattern, job.overlap, job.timezone,
+             job.description],
+        )
+        row = cursor.fetchone()
+        if row is None:  # unchanged: ON CONFLICT ... WHERE false returns nothing
+            cursor.execute(f"SELECT id FROM {JOB} WHERE name = %s", [job.name])
+            row = cursor.fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _slot_state(cursor: Any, job_id: int, slot: dt.datetime, me: int) -> dict[str, Any]:
+    """What the other executions of this slot and job are doing (under the job lock)."""
+    cursor.execute(
+        f"""
+        SELECT
+          bool_or(id <> %(me)s AND slot = %(slot)s AND status = 'SUCCEEDED'),
+          bool_or(id <> %(me)s AND slot = %(slot)s AND status IN ('FAILED', 'TIMED_OUT', 'LOST')),
+          bool_or(id <> %(me)s AND slot = %(slot)s AND (status IN ('PENDING', 'RETRYING')
+                  OR (status = 'RUNNING' AND lease_until > now()))),
+          bool_or(id <> %(me)s AND slot = %(slot)s AND status = 'RUNNING'
+                  AND lease_until <= now()),
+          bool_or(id <> %(me)s AND status = 'RUNNING' AND lease_until > now()),
+          max(status) FILTER (WHERE id = %(me)s),
+          bool_or(id = %(me)s AND lease_until > now())
+        FROM {EXE}
+        WHERE job_id = %(job)s AND (slot = %(slot)s OR status = 'RUNNING' OR id = %(me)s)
+        """,
+        {"me": me, "slot": slot, "job": job_id},
+    )
+    row = cursor.fetchone()
+    keys = ("succeeded", "failed", "live", "stale", "job_live", "own_status", "own_live")
+    return {key: (row[i] or False) if i != 5 else row[i] for i, key in enumerate(keys)}
+
+
+def _decide(
+    job: registry.Job, state: dict[str, Any], *, paused: bool, force: bool, rerun: bool
+) -> str:
+    """The skip reason for this call, or '' to run. Pure: tested branch by branch."""
+    if paused and not force:
+        return models.SkipReason.PAUSED
+    if not (force or rerun):
+        if job.pattern in (models.ExecutionPattern.STANDARD,
+                           models.ExecutionPattern.RERUN_ON_FAILURE):
+            if state["live"]:
+                return models.SkipReason.ALREADY_RUNNING
+            if state["succeeded"]:
+                return models.SkipReason.ALREADY_RAN
+        if job.pattern == models.ExecutionPattern.STANDARD and (
+            state["failed"] or state["stale"]
+        ):
+            return models.SkipReason.ALREADY_RAN
+    exclusive = (
+        job.overlap == models.Overlap.SKIP or job.pattern == models.ExecutionPattern.RATE_LIMITED
+    )
+    if exclusive and state["job_live"]:
+        return models.SkipReason.OVERLAP
+    return ""
+
+
+def _needs_state(job: registry.Job, execution_id: int | None, force: bool, rerun: bool) -> bool:
+    if execution_id is not None:
+        return True
+    if job.overlap == models.Overlap.SKIP or job.pattern == models.ExecutionPattern.RATE_LIMITED:
+        return True
+    slot_checked = job.pattern in (
+        models.ExecutionPattern.STANDARD, models.ExecutionPattern.RERUN_ON_FAILURE
+    )
+    return slot_checked and not (force or rerun)
+
+
+SKIP_MESSAGES: dict[str, str] = {
+    models.SkipReason.PAUSED: "Skipped: the job is paused.",
+    models.SkipReason.ALREADY_RAN: "Skipped: this slot already ran.",
+    models.SkipReason.ALREADY_RUNNING: "Skipped: this slot is already running or queued.",
+    models.SkipReason.OVERLAP: "Skipped: another execution of this job is running.",
+    models.SkipReason.LOCK_UNAVAILABLE: "Skipped: another server holds the job's lock.",
+}
+
+
+def begin(
+    *,
+    job: registry.Job,
+    job_id: int,
+    slot: dt.datetime,
+    execution_date: dt.date,
+    trigger: str,
+    execution_id: int | None = None,
+    force: bool = False,
+    rerun: bool = False,
+    celery_task_id: str = "",
+    worker: str = "",
+    pid: int | None = None,
+    lease_seconds: int = 60,
+) -> Claim:
+    """Claim the slot for this worker, record a skip, or recognise a duplicate delivery.
+
+    With ``execution_id`` (a message from beat or ``--enqueue``) the existing row is
+    claimed; without it a new execution (the next ``run_number``) is inserted.
+    """
+    with transaction.atomic(), connection.cursor() as cursor:
+        # 1. Lock the job's row and take the next fence in one statement.
+        cursor.execute(
+            f"UPDATE {JOB} SET fence = fence + 1 WHERE id = %s RETURNING fence, paused",
+            [job_id],
+        )
+        locked = cursor.fetchone()
+        if locked is None:
+            raise JobRowMissing(job.name)
+        fence, paused = locked
+        state: dict[str, Any] = {
+            "succeeded": False, "failed": False, "live": False, "stale": False,
+            "job_live": False, "own_status": None, "own_live": False,
+        }
+        if _needs_state(job, execution_id, force, rerun):
+            state = _slot_state(cursor, job_id, slot, execution_id or 0)
+        if execution_id is not None:
+            own = state["own_status"]
+            if own is None:
+                return Claim(outcome=DUPLICATE, execution_id=execution_id, status_seen="MISSING")
+            if own in S.terminal() or (own == S.RUNNING and state["own_live"]):
+                return Claim(outcome=DUPLICATE, execution_id=execution_id, status_seen=own)
+        reason = _decide(job, state, paused=paused, force=force, rerun=rerun)
+        if reason:
+            return _record_skip(
+                cursor, job, job_id, slot, execution_date, trigger, execution_id, reason,
+                celery_task_id, worker, pid,
+            )
+        if execution_id is not None:
+            cursor.execute(
+                f"""
+                UPDATE {EXE} SET status = 'RUNNING', fence = %(fence)s,
+                    lease_until = now() + make_interval(secs => %(lease)s),
+                    started = coalesce(started, now()), ended = NULL,
+                    retry_count = retry_count + (CASE WHEN status = 'RUNNING' THEN 1 ELSE 0 END),
+                    worker = %(worker)s, pid = %(pid)s,
+                    celery_task_id = coalesce(nullif(%(task_id)s, ''), celery_task_id)
+                WHERE id = %(id)s AND (status IN ('PENDING', 'RETRYING')
+                      OR (status = 'RUNNING' AND lease_until <= now()))
+                RETURNING run_number, retry_count
+                """,
+                {"fence": fence, "lease": lease_seconds, "worker": worker, "pid": pid,
+                 "task_id": celery_task_id, "id": execution_id},
+            )
+            row = cursor.fetchone()
+            if row is None:  # changed under us despite the job lock: treat as delivered
+                return Claim(outcome=DUPLICATE, execution_id=execution_id, status_seen="CHANGED")
+            return Claim(outcome=S.RUNNING, execution_id=execution_id, run_number=row[0],
+                         fence=fence, retry_count=row[1])
+        new_id, run_number = _insert(
+            cursor, job, job_id, slot, execution_date, trigger,
+            status=S.RUNNING, forced=force or rerun, fence=fence, lease_seconds=lease_seconds,
+            celery_task_id=celery_task_id, worker=worker, pid=pid,
+        )
+        return Claim(outcome=S.RUNNING, execution_id=new_id, run_number=run_number, fence=fence)
+
+
+def _insert(
+    cursor: Any,
+    job: registry.Job,
+    job_id: int,
+    slot: dt.datetime,
+    execution_date: dt.date,
+    trigger: str,
+    *,
+    status: str,
+    forced: bool = False,
+    fence: int | None = None,
+    lease_seconds: int = 0,
+    skip_reason: str = "",
+    message: str = "",
+    celery_task_id: str = "",
+    worker: str = "",
+    pid: int | None = None,
+) -> tuple[int, int]:
+    """Insert the slot's next execution. The job lock makes ``max + 1`` safe against other
+    claims; a beat insert of run 1 that races us is absorbed by ON CONFLICT and a retry."""
+    running = status == S.RUNNING
+    finished = status in S.terminal()
+    for _ in range(5):
+        cursor.execute(
+            f"""
+            INSERT INTO {EXE} (job_id, task_code, task_name, slot, execution_date, run_number,
+                status, trigger, skip_reason, forced, created_at, started, ended, completed,
+                success, message, error_code, traceback, retry_count, celery_task_id, worker,
+                pid, fence, lease_until)
+            SELECT %(job)s, %(code)s, %(name)s, %(slot)s, %(date)s,
+                coalesce((SELECT max(run_number) FROM {EXE}
+                          WHERE job_id = %(job)s AND slot = %(slot)s), 0) + 1,
+                %(status)s, %(trigger)s, %(reason)s, %(forced)s, now(),
+                CASE WHEN %(running)s THEN now() END, CASE WHEN %(finished)s THEN now() END,
+                %(finished)s, NULL, %(message)s, '', '', 0, %(task_id)s, %(worker)s, %(pid)s,
+                %(fence)s,
+                CASE WHEN %(running)s THEN now() + make_interval(secs => %(lease)s) END
+            ON CONFLICT (job_id, slot, run_number) DO NOTHING
+            RETURNING id, run_number
+            """,
+            {"job": job_id, "code": job.code, "name": job.name, "slot": slot,
+             "date": execution_date, "status": status, "trigger": trigger,
+             "reason": skip_reason, "forced": forced, "running": running,
+             "finished": finished, "message": message, "task_id": celery_task_id,
+             "worker": worker, "pid": pid, "fence": fence, "lease": lease_seconds},
+        )
+        row = cursor.fetchone()
+        if row is not None:
+            return int(row[0]), int(row[1])
+    raise RuntimeError(f"could not insert an execution of {job.name} at {slot} after 5 tries")
+
+
+def _record_skip(
+    cursor: Any,
+    job: registry.Job,
+    job_id: int,
+    slot: dt.datetime,
+    execution_date: dt.date,
+    trigger: str,
+    execution_id: int | None,
+    reason: str,
+    celery_task_id: str,
+    worker: str,
+    pid: int | None,
+) -> Claim:
+    message = SKIP_MESSAGES[reason]
+    if execution_id is not None:
+        cursor.execute(
+            f"""
+            UPDATE {EXE} SET status = 'SKIPPED', skip_reason = %s, message = %s,
+                completed = true, ended = now(), worker = %s, pid = %s
+            WHERE id = %s RETURNING run_number
+            """,
+            [reason, message, worker, pid, execution_id],
+        )
+        run_number = cursor.fetchone()[0]
+    else:
+        execution_id, run_number = _insert(
+            cursor, job, job_id, slot, execution_date, trigger, status=S.SKIPPED,
+            skip_reason=reason, message=message, celery_task_id=celery_task_id,
+            worker=worker, pid=pid,
+        )
+    return Claim(outcome=S.SKIPPED, execution_id=execution_id, run_number=run_number,
+                 skip_reason=reason)
+
+
+def enqueue(
+    *,
+    job: registry.Job,
+    job_id: int,
+    slot: dt.datetime,
+    execution_date: dt.date,
+    trigger: str,
+    forced: bool = False,
+) -> tuple[int, int]:
+    """Insert a PENDING execution for a message about to be published; (id, run_number)."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(f"SELECT 1 FROM {JOB} WHERE id = %s FOR UPDATE", [job_id])
+        return _insert(cursor, job, job_id, slot, execution_date, trigger,
+                       status=S.PENDING, forced=forced)
+
+
+def set_celery_task_id(execution_id: int, celery_task_id: str) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {EXE} SET celery_task_id = %s WHERE id = %s AND celery_task_id = ''",
+            [celery_task_id, execution_id],
+        )
+
+
+def heartbeat(execution_id: int, fence: int, lease_seconds: int) -> bool:
+    """Extend the lease; False means this worker was fenced and must stop."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            UPDATE {EXE} SET lease_until = now() + make_interval(secs => %s)
+            WHERE id = %s AND fence = %s AND status = 'RUNNING'
+            """,
+            [lease_seconds, execution_id, fence],
+        )
+        return bool(cursor.rowcount == 1)
+
+
+def finish(
+    *,
+    job_id: int,
+    execution_id: int,
+    fence: int,
+    status: str,
+    message: str = "",
+    error_code: str = "",
+    traceback: str = "",
+    result: Any = None,
+) -> bool:
+    """Write the terminal status and the job's aggregates, only if the fence still holds.
+
+    Returns False (and writes nothing) when another claim has taken the execution over.
+    """
+    succeeded = status == S.SUCCEEDED
+    with transaction.atomic(), connection.cursor() as cursor:
+        # Job row first, as in ``begin``: the same lock order everywhere, no deadlocks.
+        cursor.execute(
+            f"""
+            UPDATE {JOB} SET
+                consecutive_failures = CASE WHEN %(ok)s THEN 0 ELSE consecutive_failures + 1 END,
+                last_success_at = CASE WHEN %(ok)s THEN now() ELSE last_success_at END,
+                last_status = %(status)s, last_run_at = now()
+            WHERE id = %(job)s AND EXISTS (
+                SELECT 1 FROM {EXE} WHERE id = %(id)s AND fence = %(fence)s AND status = 'RUNNING')
+            """,
+            {"ok": succeeded, "status": status, "job": job_id, "id": execution_id,
+             "fence": fence},
+        )
+        if cursor.rowcount != 1:
+            return False
+        cursor.execute(
+            f"""
+            UPDATE {EXE} SET status = %(status)s, ended = now(), completed = true,
+                success = %(ok)s, message = %(message)s, error_code = %(code)s,
+                traceback = %(tb)s, result = %(result)s::jsonb, lease_until = NULL
+            WHERE id = %(id)s AND fence = %(fence)s AND status = 'RUNNING'
+            """,
+            {"status": status, "ok": succeeded, "message": message, "code": error_code,
+             "tb": traceback, "result": None if result is None else json.dumps(result),
+             "id": execution_id, "fence": fence},
+        )
+        if cursor.rowcount != 1:
+            transaction.set_rollback(True)
+            return False
+    return True

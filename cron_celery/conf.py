@@ -1,0 +1,94 @@
+"""The only place cron_celery reads Django settings.
+
+Everything in the package asks ``conf.settings.X``; the values come from the
+``CRON_CELERY`` dictionary in the project's settings, with the defaults below. The
+dictionary is re-read whenever Django's ``setting_changed`` signal fires (tests use
+``override_settings``), otherwise it is parsed once per process.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Settings:
+    """Typed view of ``settings.CRON_CELERY``. Each field is documented in docs/configuration.md."""
+
+    #: Seconds a claimed execution's database lease lasts; renewed every third of it.
+    LEASE_SECONDS: int = 60
+    #: Default execution pattern for jobs that do not declare one.
+    DEFAULT_PATTERN: str = "standard"
+    #: Default overlap policy for jobs that do not declare one.
+    DEFAULT_OVERLAP: str = "skip"
+    #: Default timezone of a job's slots; ``None`` means Django's ``TIME_ZONE``.
+    DEFAULT_TIMEZONE: str | None = None
+    #: Longest ``message`` stored on an execution (characters); longer text is truncated.
+    MESSAGE_MAX_CHARS: int = 10_000
+    #: Longest ``traceback`` stored on an execution (characters).
+    TRACEBACK_MAX_CHARS: int = 50_000
+    #: Largest JSON-encoded return value stored in ``result`` (characters).
+    RESULT_MAX_CHARS: int = 100_000
+    #: Import every installed app's ``tasks`` module at start-up to find jobs.
+    AUTODISCOVER: bool = True
+
+
+FIELDS = {field.name: field for field in dataclasses.fields(Settings)}
+_cached: Settings | None = None
+
+
+def raw() -> dict[str, Any]:
+    """The ``CRON_CELERY`` dictionary as the project wrote it (empty when absent)."""
+    value = getattr(django_settings, "CRON_CELERY", None)
+    return dict(value) if isinstance(value, dict) else {}
+
+
+def unknown_keys() -> list[str]:
+    return sorted(key for key in raw() if key not in FIELDS)
+
+
+def load() -> Settings:
+    """Parse ``CRON_CELERY``; unknown keys are ignored here and reported by ``checks``."""
+    values = {key: value for key, value in raw().items() if key in FIELDS}
+    return Settings(**values)
+
+
+def get() -> Settings:
+    global _cached
+    if _cached is None:
+        _cached = load()
+    return _cached
+
+
+class _Proxy:
+    """``conf.settings.LEASE_SECONDS`` reads the current value."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(get(), name)
+
+
+settings: Settings = _Proxy()  # type: ignore[assignment]
+
+
+@receiver(setting_changed)
+def _reset(*, setting: str, **kwargs: Any) -> None:
+    global _cached
+    if setting in {"CRON_CELERY", "TIME_ZONE"}:
+        _cached = None
+
+
+def celery_db_reuse_max() -> int | None:
+    """Celery's ``CELERY_DB_REUSE_MAX``: how many tasks a worker reuses a DB connection for."""
+    value = getattr(django_settings, "CELERY_DB_REUSE_MAX", None)
+    if value is None:
+        from celery import current_app
+
+        value = current_app.conf.get("CELERY_DB_REUSE_MAX") or current_app.conf.get(
+            "db_reuse_max"
+        )
+    return int(value) if value else None

@@ -1,0 +1,42 @@
+"""Errors raised by cron_celery. The docstring of each class is its message."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class CronCeleryError(Exception):
+    """cron_celery failed; the message says what to do next."""
+
+    def __init__(self, detail: str = "", **context: Any) -> None:
+        self.context = context
+        message = (self.__doc__ or "").strip().format(**context)
+        super().__init__(f"{message} {detail}".strip() if detail else message)
+
+
+class ImproperlyDeclared(CronCeleryError):
+    """Job {job!r} is declared incorrectly:"""
+
+
+class DuplicateJob(CronCeleryError):
+    """Two jobs share the {field} {value!r} ({first} and {second}). Give each job a unique name and code."""
+
+
+class UnknownJob(CronCeleryError):
+    """Unknown job {name!r}. Registered jobs: {known}. Run `manage.py list_cron_tasks` to see them."""
+
+
+class InvalidSlot(CronCeleryError):
+    """Cannot read {value!r} as a slot:"""
+
+
+class JobFailed(CronCeleryError):
+    """The job reported a failure."""
+
+    def __init__(self, message: str = "", *, error_code: str = "") -> None:
+        self.error_code = error_code
+        Exception.__init__(self, message or "The job reported a failure.")
+
+
+class LeaseLost(CronCeleryError):
+    """The run of job {job!r} lost its lease (another worker took it over, or shutdown was requested); stop now."""

@@ -1,0 +1,108 @@
+"""Keeps the database leases of running executions alive.
+
+One daemon thread per process renews every active run's lease each third of the lease
+with a fenced ``UPDATE``; when the update matches no row (another worker took the
+execution over, or it was marked lost) the run's ``cancelled`` event is set and the
+process counts a ``fenced`` event. The thread keeps its own database connection.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import threading
+import time
+
+from django.db import connection
+
+from cron_celery import claims
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(kw_only=True)
+class _Active:
+    execution_id: int
+    fence: int
+    lease_seconds: int
+    cancelled: threading.Event
+    extra: dict[str, object]
+    due: float = 0.0
+    confirmed: float = 0.0
+
+
+_lock = threading.Lock()
+_active: dict[int, _Active] = {}
+_wake = threading.Event()
+_thread: threading.Thread | None = None
+_thread_pid: int | None = None
+counters = {"fenced": 0, "heartbeat_errors": 0}
+
+
+def track(
+    execution_id: int, fence: int, lease_seconds: int, cancelled: threading.Event,
+    extra: dict[str, object],
+) -> None:
+    """Start renewing this execution's lease until ``untrack`` is called."""
+    now = time.monotonic()
+    entry = _Active(execution_id=execution_id, fence=fence, lease_seconds=lease_seconds,
+                    cancelled=cancelled, extra=extra, due=now + lease_seconds / 3,
+                    confirmed=now)
+    with _lock:
+        _active[execution_id] = entry
+    _ensure_thread()
+
+
+def untrack(execution_id: int) -> None:
+    with _lock:
+        _active.pop(execution_id, None)
+
+
+def _ensure_thread() -> None:
+    global _thread, _thread_pid
+    with _lock:
+        if _thread is not None and _thread.is_alive() and _thread_pid == os.getpid():
+            return
+        _thread = threading.Thread(target=_loop, name="cron-celery-leases", daemon=True)
+        _thread_pid = os.getpid()
+        _thread.start()
+
+
+def _loop() -> None:
+    while True:
+        _wake.wait(1.0)
+        _wake.clear()
+        now = time.monotonic()
+        with _lock:
+            due = [entry for entry in _active.values() if entry.due <= now]
+        for entry in due:
+            renew(entry)
+        if not due:
+            # Give the connection back between bursts so a database restart heals.
+            connection.close_if_unusable_or_obsolete()
+
+
+def renew(entry: _Active) -> None:
+    now = time.monotonic()
+    try:
+        held = claims.heartbeat(entry.execution_id, entry.fence, entry.lease_seconds)
+    except Exception:
+        counters["heartbeat_errors"] += 1
+        logger.warning("lease renewal failed; will retry", exc_info=True, extra=entry.extra)
+        connection.close()
+        entry.due = now + 1.0
+        if now - entry.confirmed >= entry.lease_seconds:
+            entry.cancelled.set()
+        return
+    if not held:
+        counters["fenced"] += 1
+        logger.warning(
+            "execution %s was fenced: another claim owns it now; stopping",
+            entry.execution_id, extra=entry.extra,
+        )
+        entry.cancelled.set()
+        untrack(entry.execution_id)
+        return
+    entry.confirmed = now
+    entry.due = now + entry.lease_seconds / 3

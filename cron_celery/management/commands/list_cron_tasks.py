@@ -1,0 +1,38 @@
+"""``manage.py list_cron_tasks``: the registered jobs, their policies and last execution."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand
+
+from cron_celery import models, registry
+
+
+class Command(BaseCommand):
+    help = "List the registered cron jobs with their policies and last execution."
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        jobs = registry.all_jobs()
+        if not jobs:
+            self.stdout.write("No cron jobs are registered (declare them in an app's tasks.py).")
+            return
+        last: dict[str, models.CronExecution] = {}
+        for found in (
+            models.CronExecution.objects.filter(task_name__in=[job.name for job in jobs])
+            .order_by("task_name", "-created_at", "-id")
+            .distinct("task_name")
+        ):
+            last[found.task_name] = found
+        header = ("NAME", "CODE", "PATTERN", "OVERLAP", "TIMEZONE", "LAST SLOT", "LAST STATUS")
+        rows = [header]
+        for job in jobs:
+            execution = last.get(job.name)
+            rows.append((
+                job.name, job.code, job.pattern.value, job.overlap.value, job.timezone,
+                f"{execution.slot:%Y-%m-%d %H:%M}Z" if execution else "-",
+                execution.status if execution else "never run",
+            ))
+        widths = [max(len(str(row[i])) for row in rows) for i in range(len(header))]
+        for row in rows:
+            self.stdout.write("  ".join(str(cell).ljust(widths[i]) for i, cell in enumerate(row)).rstrip())

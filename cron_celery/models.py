@@ -1,0 +1,150 @@
+"""Database tables: the jobs (``CronJob``) and every run of their slots (``CronExecution``).
+
+Rows are changed by the conditional SQL in ``claims``; the models are for reading,
+the admin, and the queries users already know from the original design::
+
+    CronExecution.objects.filter(success=False, execution_date__gte=week_ago)
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from django.db import models
+
+
+class Status(models.TextChoices):
+    PENDING = "PENDING", "Pending"  # dispatched to the workers, not started yet
+    RUNNING = "RUNNING", "Running"  # claimed by a worker that holds a live lease
+    RETRYING = "RETRYING", "Retrying"  # an attempt failed; another attempt is scheduled
+    SUCCEEDED = "SUCCEEDED", "Succeeded"  # the job returned without reporting an error
+    FAILED = "FAILED", "Failed"  # the job raised or returned {"error": True}; no attempts left
+    TIMED_OUT = "TIMED_OUT", "Timed out"  # the job hit its time limit
+    LOST = "LOST", "Lost"  # the worker died or vanished; the lease expired
+    SKIPPED = "SKIPPED", "Skipped"  # deliberately not run; skip_reason says why
+    MISSED = "MISSED", "Missed"  # the slot was never dispatched (scheduler down)
+
+    @classmethod
+    def terminal(cls) -> frozenset[str]:
+        """Statuses after which an execution never changes again."""
+        return frozenset(
+            {cls.SUCCEEDED, cls.FAILED, cls.TIMED_OUT, cls.LOST, cls.SKIPPED, cls.MISSED}
+        )
+
+    @classmethod
+    def failures(cls) -> frozenset[str]:
+        """Terminal statuses that count as a failure (``success=False``)."""
+        return frozenset({cls.FAILED, cls.TIMED_OUT, cls.LOST})
+
+
+class Trigger(models.TextChoices):
+    BEAT = "BEAT", "Beat"  # dispatched by the scheduler for its slot
+    MANUAL = "MANUAL", "Manual"  # run in-process by `manage.py run_cron_task`
+    ENQUEUE = "ENQUEUE", "Enqueued"  # sent to the workers by a person (`--enqueue`, API)
+    ADMIN = "ADMIN", "Admin"  # started from the Django admin
+    DIRECT = "DIRECT", "Direct call"  # the Celery task was called without cron headers
+    CATCH_UP = "CATCH_UP", "Catch-up"  # a missed slot run after scheduler downtime
+    BACKFILL = "BACKFILL", "Backfill"  # a past slot run on purpose
+
+
+class SkipReason(models.TextChoices):
+    ALREADY_RAN = "ALREADY_RAN", "Slot already ran"  # the pattern forbids another run of it
+    ALREADY_RUNNING = "ALREADY_RUNNING", "Slot is running"  # the same slot is in flight
+    OVERLAP = "OVERLAP", "Job already running"  # another slot of the job holds a live lease
+    PAUSED = "PAUSED", "Job paused"  # the job is paused in the admin
+    LOCK_UNAVAILABLE = "LOCK_UNAVAILABLE", "Lock unavailable"  # another server holds the lock
+
+
+class ExecutionPattern(models.TextChoices):
+    STANDARD = "standard", "Standard"  # skip the slot if it already ran, whatever the outcome
+    RERUN_ON_FAILURE = "rerun_on_failure", "Rerun on failure"  # skip only if it succeeded or runs
+    ALWAYS = "always", "Always"  # no slot check: every call runs
+    RATE_LIMITED = "rate_limited", "Rate limited"  # no slot check, but never two runs at once
+
+
+class Overlap(models.TextChoices):
+    SKIP = "skip", "Skip"  # never run two executions of the job at once (default)
+    ALLOW = "allow", "Allow"  # executions of different slots may run side by side
+
+
+class CronJob(models.Model):
+    """A registered job. Declared in code; the row holds its live state and its fence."""
+
+    name = models.SlugField(max_length=100, unique=True)
+    code = models.CharField(max_length=50, unique=True)
+    task = models.CharField(max_length=200, help_text="Celery task name")
+    pattern = models.CharField(max_length=20, choices=ExecutionPattern.choices)
+    overlap = models.CharField(max_length=10, choices=Overlap.choices)
+    timezone = models.CharField(max_length=64, default="UTC")
+    description = models.TextField(blank=True)
+    paused = models.BooleanField(default=False)
+    fence = models.BigIntegerField(default=0, help_text="Grows with every claim of this job")
+    consecutive_failures = models.IntegerField(default=0)
+    last_status = models.CharField(max_length=20, choices=Status.choices, blank=True)
+    last_run_at = models.DateTimeField(null=True, blank=True)
+    last_success_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = "cron job"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.code})"
+
+
+class CronExecution(models.Model):
+    """One run of one slot of a job; retries are attempts inside it (``retry_count``)."""
+
+    job = models.ForeignKey(CronJob, on_delete=models.CASCADE, related_name="executions")
+    task_code = models.CharField(max_length=50, db_index=True)
+    task_name = models.CharField(max_length=100, db_index=True)
+    slot = models.DateTimeField(help_text="The scheduled instant, stored in UTC")
+    execution_date = models.DateField(help_text="The slot's local date in the job's timezone")
+    run_number = models.PositiveIntegerField(default=1)
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
+    trigger = models.CharField(max_length=20, choices=Trigger.choices, default=Trigger.BEAT)
+    skip_reason = models.CharField(max_length=20, choices=SkipReason.choices, blank=True)
+    forced = models.BooleanField(default=False, help_text="Run past the slot check on purpose")
+    created_at = models.DateTimeField(auto_now_add=True)
+    started = models.DateTimeField(null=True, blank=True)
+    ended = models.DateTimeField(null=True, blank=True)
+    completed = models.BooleanField(default=False)
+    success = models.BooleanField(null=True, blank=True)
+    message = models.TextField(blank=True)
+    error_code = models.CharField(max_length=50, blank=True)
+    traceback = models.TextField(blank=True)
+    result = models.JSONField(null=True, blank=True)
+    retry_count = models.IntegerField(default=0)
+    celery_task_id = models.CharField(max_length=255, blank=True, db_index=True)
+    worker = models.CharField(max_length=255, blank=True)
+    pid = models.IntegerField(null=True, blank=True)
+    fence = models.BigIntegerField(null=True, blank=True)
+    lease_until = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-slot", "-run_number"]
+        verbose_name = "cron execution"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["job", "slot", "run_number"], name="cron_execution_once_per_run"
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["task_code", "execution_date"], name="cron_exec_code_date"),
+            models.Index(
+                fields=["task_code", "success", "execution_date"], name="cron_exec_code_ok_date"
+            ),
+            models.Index(fields=["completed"], name="cron_exec_completed"),
+            models.Index(fields=["job", "status"], name="cron_exec_job_status"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task_name} {self.slot:%Y-%m-%d %H:%M} #{self.run_number} {self.status}"
+
+    @property
+    def duration(self) -> dt.timedelta | None:
+        if self.started and self.ended:
+            return self.ended - self.started
+        return None

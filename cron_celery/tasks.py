@@ -1,0 +1,169 @@
+"""``TrackedTask`` (the Celery base class of every job) and the two ways to declare a job."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Callable
+from typing import Any, ClassVar, TypeVar, overload
+
+import celery
+from celery import shared_task
+
+from cron_celery import exceptions, models, registry, runs, schedules
+
+logger = logging.getLogger(__name__)
+
+#: Message headers that beat and ``run_cron_task --enqueue`` put on a job's message.
+HEADER_SLOT = "cron_slot"
+HEADER_EXECUTION = "cron_execution_id"
+HEADER_TRIGGER = "cron_trigger"
+HEADER_FORCE = "cron_force"
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class TrackedTask(celery.Task):  # type: ignore[type-arg]
+    """A Celery task that runs one slot of a job exactly once and records it.
+
+    Called by a worker with the slot headers (from beat or ``--enqueue``) it claims that
+    execution; called without them (``task.delay(slot=...)``, ``task()``) it creates one
+    for the given slot (``slot=`` or ``execution_date=``; default: the current minute).
+    """
+
+    #: The job's declaration; set when the task is declared.
+    job: ClassVar[registry.Job | None] = None
+    #: Acknowledge after the run, and requeue if the worker dies: safe, because the
+    #: database claim refuses a second run of the same execution.
+    acks_late = True
+    reject_on_worker_lost = True
+    #: Jobs take a ``Run``, not the message's arguments: do not check call signatures.
+    typing = False
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        job = self.job or registry.by_task_name(self.name)
+        if job is None:
+            raise exceptions.UnknownJob(name=self.name, known="(not declared as a job)")
+        request = self.request
+        execution_id = request.get(HEADER_EXECUTION)
+        slot_value = kwargs.pop("slot", None) or request.get(HEADER_SLOT)
+        day = kwargs.pop("execution_date", None)
+        force = bool(kwargs.pop("force", False) or request.get(HEADER_FORCE))
+        rerun = bool(kwargs.pop("rerun", False))
+        if slot_value is None and day is not None:
+            slot_value = day if isinstance(day, dt.date) else schedules.parse_date(str(day))
+        if slot_value is None:
+            slot = schedules.floor_minute(dt.datetime.now(dt.UTC))
+        else:
+            slot = schedules.parse_slot(slot_value, job.tzinfo)
+        trigger = request.get(HEADER_TRIGGER) or (
+            models.Trigger.BEAT if execution_id is not None else models.Trigger.DIRECT
+        )
+        outcome = runs.execute(
+            job, slot, lambda run: runs.call_job(self.run, run, *args, **kwargs),
+            trigger=trigger, execution_id=int(execution_id) if execution_id else None,
+            force=force, rerun=rerun, celery_task_id=request.id or "",
+        )
+        if outcome.exc is not None:
+            raise outcome.exc
+        return {
+            "execution_id": outcome.execution_id,
+            "status": outcome.status,
+            "message": outcome.message[:500],
+            "result": outcome.result,
+        }
+
+    def run(self, run: runs.Run, *args: Any, **kwargs: Any) -> Any:
+        """Class-style jobs implement ``execute(date)``; this calls it."""
+        return self.execute(run.execution_date)
+
+    def execute(self, date: dt.date) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} must define execute(self, date)")
+
+
+def _task_name(obj: Any) -> str:
+    return f"{obj.__module__}.{obj.__qualname__}"
+
+
+@overload
+def cron_task(func: F, /) -> Any: ...
+@overload
+def cron_task(
+    func: None = None, /, *, name: str | None = None, code: str | None = None, **options: Any
+) -> Callable[[F], Any]: ...
+
+
+def cron_task(
+    func: F | None = None,
+    /,
+    *,
+    name: str | None = None,
+    code: str | None = None,
+    pattern: object = None,
+    overlap: object = None,
+    timezone: str | None = None,
+    description: str = "",
+    task_name: str | None = None,
+    **celery_options: Any,
+) -> Any:
+    """Declare a job from a function that takes a ``Run``::
+
+        @cron_task(name="calc-commission", code="A001", pattern="rerun_on_failure")
+        def calc_commission(run: Run) -> str: ...
+
+    The result is a Celery task (base class ``TrackedTask``). Extra keyword arguments
+    are Celery task options (``queue=``, ``time_limit=``...).
+    """
+
+    def decorator(fn: F) -> Any:
+        job_name = name or fn.__name__.replace("_", "-")
+        if code is None:
+            raise exceptions.ImproperlyDeclared("give it a short stable code, e.g. code='A001'.",
+                                                job=job_name)
+        tname = task_name or _task_name(fn)
+        job = registry.register(registry.declare(
+            name=job_name, code=code, task_name=tname, pattern=pattern, overlap=overlap,
+            timezone=timezone, description=description or (fn.__doc__ or "").strip(),
+        ))
+        return shared_task(name=tname, base=TrackedTask, job=job, **celery_options)(fn)  # type: ignore[no-untyped-call]
+
+    if func is not None:
+        return decorator(func)
+    return decorator
+
+
+def register_task(
+    name: str,
+    code: str,
+    *,
+    execution_pattern: object = None,
+    pattern: object = None,
+    overlap: object = None,
+    timezone: str | None = None,
+    description: str = "",
+    **celery_options: Any,
+) -> Callable[[type[TrackedTask]], Any]:
+    """Declare a job in the class style: a ``TrackedTask`` subclass with ``execute(date)``."""
+
+    def decorator(cls: type[TrackedTask]) -> Any:
+        if not (isinstance(cls, type) and issubclass(cls, TrackedTask)):
+            raise exceptions.ImproperlyDeclared(
+                "@register_task decorates a subclass of cron_celery.TrackedTask.", job=name
+            )
+        tname = celery_options.pop("task_name", None) or _task_name(cls)
+        job = registry.register(registry.declare(
+            name=name, code=code, task_name=tname, pattern=execution_pattern or pattern,
+            overlap=overlap, timezone=timezone,
+            description=description or (cls.__doc__ or "").strip(),
+        ))
+
+        def entry(self: TrackedTask, run: runs.Run, *args: Any, **kwargs: Any) -> Any:
+            return self.execute(run.execution_date)
+
+        entry.__name__ = cls.__name__  # type: ignore[assignment]
+        entry.__qualname__ = cls.__qualname__
+        entry.__module__ = cls.__module__
+        entry.__doc__ = cls.__doc__
+        return shared_task(name=tname, base=cls, bind=True, job=job, **celery_options)(entry)  # type: ignore[no-untyped-call]
+
+    return decorator

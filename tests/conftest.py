@@ -1,0 +1,77 @@
+"""Shared fixtures. The services are real: a missing PostgreSQL or Redis fails, never skips."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from django.db import connection
+
+from cron_celery import claims, registry, runs
+
+ROOT = Path(__file__).resolve().parent.parent
+_counter = itertools.count(1)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _redis_is_up() -> None:
+    url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+    try:
+        redis.Redis.from_url(url, socket_connect_timeout=3).ping()
+    except redis.RedisError as exc:  # pragma: no cover - the point is to fail loudly
+        pytest.fail(f"Redis at {url} is required for the test suite: {exc}")
+
+
+def make_job(pattern: str = "standard", overlap: str = "skip", **extra: object) -> tuple[registry.Job, int]:
+    """A job declared on the fly (not registered with Celery) and its row id."""
+    n = next(_counter)
+    job = registry.declare(
+        name=f"job-{os.getpid()}-{n}", code=f"J{os.getpid()}-{n}", task_name=f"tests.fake.job{n}",
+        pattern=pattern, overlap=overlap, **extra,  # type: ignore[arg-type]
+    )
+    return job, claims.ensure_job(job)
+
+
+@pytest.fixture
+def marker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A file that job bodies append a line to (see tests/jobsapp/tasks.py:mark)."""
+    path = tmp_path / "marker.txt"
+    path.touch()
+    monkeypatch.setenv("CRON_TEST_MARKER", str(path))
+    return path
+
+
+def marked(path: Path) -> list[str]:
+    return [line for line in path.read_text(encoding="utf-8").splitlines() if line]
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    """Environment for a child process that must use this test's database."""
+    env = dict(os.environ)
+    env["DJANGO_SETTINGS_MODULE"] = "tests.settings"
+    env["CRON_CELERY_TEST_DB"] = connection.settings_dict["NAME"]
+    env["PYTHONPATH"] = str(ROOT)
+    env.update(extra)
+    return env
+
+
+def manage(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m django ARGS`` in a real child process against the test database."""
+    return subprocess.run(
+        [sys.executable, "-m", "django", *args], cwd=ROOT, env=env or subprocess_env(),
+        capture_output=True, text=True, timeout=timeout, check=False,
+    )
+
+
+@pytest.fixture(autouse=True)
+def _fresh_job_ids() -> Iterator[None]:
+    # Job rows are rolled back or flushed between tests: forget cached row ids.
+    runs._job_ids.clear()
+    yield
+    runs._job_ids.clear()

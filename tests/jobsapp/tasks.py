@@ -1,0 +1,71 @@
+"""Jobs declared the way users declare them; found by autodiscovery of ``tasks`` modules."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import os
+import time
+
+from cron_celery import ExecutionPattern, JobFailed, Run, TrackedTask, cron_task, register_task
+
+
+def mark(run: Run, label: str) -> None:
+    """Append a line to the file named by CRON_TEST_MARKER: proof that a body ran."""
+    path = os.environ.get("CRON_TEST_MARKER")
+    if path:
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(f"{label} {run.key} {run.fence} {os.getpid()}\n")
+
+
+@cron_task(name="calc-commission", code="A001", pattern="rerun_on_failure")
+def calc_commission(run: Run) -> str:
+    """Calculates the day's commissions."""
+    mark(run, "calc-commission")
+    return "Processed 120 records"
+
+
+@register_task("sync-external-api", "A002", execution_pattern=ExecutionPattern.RERUN_ON_FAILURE)
+class SyncExternalAPI(TrackedTask):
+    """Pulls the partner API."""
+
+    def execute(self, date: dt.date) -> dict[str, object]:
+        if os.environ.get("CRON_TEST_SYNC_FAILS"):
+            return {"error": True, "message": "partner API returned 503", "error_code": "HTTP_503"}
+        return {"error": False, "message": f"Sync completed for {date.isoformat()}"}
+
+
+@cron_task(name="slow-standard", code="T100")
+def slow_standard(run: Run) -> str:
+    """Sleeps a little so that concurrent callers overlap, then marks that it ran."""
+    time.sleep(float(os.environ.get("CRON_TEST_SLEEP", "0.5")))
+    mark(run, "slow-standard")
+    return f"ran in {os.getpid()}"
+
+
+@cron_task(name="async-job", code="T101", pattern="always")
+async def async_job(run: Run) -> dict[str, object]:
+    await asyncio.sleep(0.01)
+    return {"error": False, "message": f"async ok {run.key}"}
+
+
+@cron_task(name="boom", code="T102", pattern=ExecutionPattern.ALWAYS)
+def boom(run: Run) -> None:
+    size = int(os.environ.get("CRON_TEST_BOOM_SIZE", "20"))
+    raise RuntimeError("x" * size)
+
+
+@cron_task(name="not-json", code="T103", pattern="always")
+def not_json(run: Run) -> object:
+    return {"when": dt.datetime(2026, 11, 29)}
+
+
+@cron_task(name="unicode-job", code="T104", pattern="always")
+def unicode_job(run: Run) -> str:
+    raise JobFailed("Überweisung fehlgeschlagen — 送金失敗 🚫", error_code="ÜBER")
+
+
+@cron_task(name="fast-always", code="T105", pattern="always", overlap="allow")
+def fast_always(run: Run) -> str:
+    mark(run, "fast-always")
+    return "ok"

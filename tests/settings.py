@@ -1,0 +1,82 @@
+"""Settings for the test suite: real PostgreSQL and Redis, from DATABASE_URL / REDIS_URL."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from urllib.parse import unquote, urlparse
+
+DATABASE_URL = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/cron_celery")
+REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+
+_db = urlparse(DATABASE_URL)
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.postgresql",
+        # Worker subprocesses of a test are pointed at the test database by name.
+        "NAME": os.environ.get("CRON_CELERY_TEST_DB") or _db.path.lstrip("/") or "cron_celery",
+        "USER": unquote(_db.username or "postgres"),
+        "PASSWORD": unquote(_db.password or ""),
+        "HOST": _db.hostname or "127.0.0.1",
+        "PORT": str(_db.port or 5432),
+        "CONN_MAX_AGE": 60,
+    }
+}
+
+SECRET_KEY = "tests-only-not-secret"
+DEBUG = False
+USE_TZ = True
+TIME_ZONE = "UTC"
+ALLOWED_HOSTS = ["*"]
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django_celery_beat",
+    "cron_celery",
+    "tests.jobsapp",
+]
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+ROOT_URLCONF = "tests.urls"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+# One queue per test session (inherited by worker subprocesses through the environment),
+# so the suite never consumes or leaves messages in anybody else's queues.
+CELERY_BROKER_URL = REDIS_URL
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_DEFAULT_QUEUE = os.environ.setdefault(
+    "CRON_CELERY_TEST_QUEUE", f"cron-celery-test-{uuid.uuid4().hex[:8]}"
+)
+CELERY_DB_REUSE_MAX = 1000
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+CRON_CELERY = {"LEASE_SECONDS": 60}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"cron_celery": {"handlers": ["console"], "level": "WARNING"}},
+}
