@@ -18,8 +18,18 @@ pick_python() {
 }
 
 make_venv() {
+    # One builder at a time per directory: concurrent callers wait, then reuse it.
+    local lockfile="${1%/}.lock"
+    (
+        flock 9
+        _make_venv_locked "$@"
+    ) 9>"$lockfile"
+}
+
+_make_venv_locked() {
     local dir="$1" python="$2" django="$3" stamp
-    stamp="$(cat pyproject.toml; echo "$python $django")"
+    # Rebuild only when what gets installed changes: the [project] table and the line.
+    stamp="$(sed -n '/^\[project\]/,/^\[tool/p' pyproject.toml; echo "$python $django")"
     if [ -x "$dir/bin/python" ] && [ "$(cat "$dir/.stamp" 2>/dev/null)" = "$stamp" ]; then
         return 0
     fi

@@ -75,3 +75,15 @@ def _fresh_job_ids() -> Iterator[None]:
     runs._job_ids.clear()
     yield
     runs._job_ids.clear()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _close_stray_connections(django_db_setup, django_db_blocker) -> Iterator[None]:
+    """Worker threads and the lease thread keep their own connections to the test database;
+    end them before pytest-django drops it (only sessions on our own test database)."""
+    yield
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )

@@ -242,7 +242,7 @@ def test_an_expired_running_execution_is_taken_over_with_a_new_fence_and_attempt
 def test_a_pending_execution_is_skipped_in_place_when_the_pattern_says_so():
     job, job_id = make_job("standard")
     finish(job_id, begin(job, job_id))
-    execution_id, run_number = enqueue(job, job_id)
+    execution_id, _run_number = enqueue(job, job_id)
     claim = begin(job, job_id, execution_id=execution_id)
     assert claim.outcome == Status.SKIPPED and claim.execution_id == execution_id
     assert CronExecution.objects.get(id=execution_id).skip_reason == SkipReason.ALREADY_RAN

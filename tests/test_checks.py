@@ -1,0 +1,41 @@
+"""System checks: bad configuration is reported at start-up with stable ids."""
+
+from __future__ import annotations
+
+from django.test import override_settings
+
+from cron_celery import checks
+
+
+def ids(messages):
+    return [message.id for message in messages]
+
+
+def test_a_clean_configuration_passes():
+    assert checks.check_settings() == []
+    assert checks.check_connection_reuse() == []
+
+
+@override_settings(CRON_CELERY={"LEASE_SECOND": 30})
+def test_an_unknown_key_is_an_error_naming_the_known_ones():
+    (error,) = checks.check_settings()
+    assert error.id == "cron_celery.E001" and "'LEASE_SECOND'" in error.msg and "LEASE_SECONDS" in error.hint
+
+
+@override_settings(CRON_CELERY={"LEASE_SECONDS": 1, "MESSAGE_MAX_CHARS": "many"})
+def test_bad_numbers_are_errors():
+    assert ids(checks.check_settings()) == ["cron_celery.E002", "cron_celery.E002"]
+
+
+@override_settings(CRON_CELERY={"DEFAULT_PATTERN": "sometimes", "DEFAULT_TIMEZONE": "Nowhere/Land"})
+def test_bad_defaults_are_errors():
+    assert ids(checks.check_settings()) == ["cron_celery.E003", "cron_celery.E004"]
+
+
+@override_settings(CELERY_DB_REUSE_MAX=None)
+def test_a_missing_connection_reuse_setting_is_a_warning(monkeypatch):
+    from celery import current_app
+
+    monkeypatch.setitem(current_app.conf, "db_reuse_max", None)
+    monkeypatch.setitem(current_app.conf, "CELERY_DB_REUSE_MAX", None)
+    assert ids(checks.check_connection_reuse()) == ["cron_celery.W001"]

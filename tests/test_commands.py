@@ -1,0 +1,94 @@
+"""``run_cron_task`` and ``list_cron_tasks`` as a person runs them: real processes, exit codes."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from cron_celery.models import CronExecution, CronJob, SkipReason, Status, Trigger
+from tests.conftest import manage, marked, subprocess_env
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_run_for_a_date_succeeds_then_skips_as_already_done(marker):
+    first = manage("run_cron_task", "calc-commission", "2026-11-29", env=subprocess_env())
+    assert first.returncode == 0, first.stderr
+    assert "succeeded" in first.stdout and "Processed 120 records" in first.stdout
+    row = CronExecution.objects.get(task_name="calc-commission")
+    assert (row.status, row.trigger, row.slot) == (Status.SUCCEEDED, Trigger.MANUAL,
+                                                   dt.datetime(2026, 11, 29, tzinfo=dt.UTC))
+    again = manage("run_cron_task", "calc-commission", "2026-11-29", env=subprocess_env())
+    assert again.returncode == 0 and "already ran" in again.stdout
+    assert len(marked(marker)) == 1
+    assert CronExecution.objects.filter(task_name="calc-commission", status=Status.SKIPPED).count() == 1
+
+
+def test_at_runs_an_exact_slot_and_rerun_runs_it_again(marker):
+    assert manage("run_cron_task", "calc-commission", "--at", "2026-11-29T01:00").returncode == 0
+    rerun = manage("run_cron_task", "calc-commission", "--at", "2026-11-29T01:00", "--rerun")
+    assert rerun.returncode == 0 and "run #2" in rerun.stdout
+    rows = CronExecution.objects.filter(slot=dt.datetime(2026, 11, 29, 1, tzinfo=dt.UTC)).order_by("run_number")
+    assert [(r.run_number, r.status, r.forced) for r in rows] == [
+        (1, Status.SUCCEEDED, False), (2, Status.SUCCEEDED, True)]
+    assert len(marked(marker)) == 2
+
+
+def test_force_runs_a_paused_job_and_without_it_the_job_is_refused(marker):
+    assert manage("run_cron_task", "calc-commission", "2026-11-28").returncode == 0
+    CronJob.objects.filter(name="calc-commission").update(paused=True)
+    refused = manage("run_cron_task", "calc-commission", "2026-11-27")
+    assert refused.returncode == 2 and "paused" in refused.stderr
+    forced = manage("run_cron_task", "calc-commission", "2026-11-27", "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert len(marked(marker)) == 2
+
+
+def test_a_failure_exits_1_with_one_line_and_no_traceback():
+    result = manage("run_cron_task", "sync-external-api", "2026-11-29",
+                    env=subprocess_env(CRON_TEST_SYNC_FAILS="1"))
+    assert result.returncode == 1
+    assert "partner API returned 503" in result.stderr and "Traceback" not in result.stderr
+    row = CronExecution.objects.get(task_name="sync-external-api")
+    assert (row.status, row.error_code) == (Status.FAILED, "HTTP_503")
+    # RERUN_ON_FAILURE: the same slot runs again and can succeed now
+    assert manage("run_cron_task", "sync-external-api", "2026-11-29").returncode == 0
+    assert CronExecution.objects.filter(task_name="sync-external-api", status=Status.SUCCEEDED).count() == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (("no-such-job", "2026-11-29"), "Unknown job 'no-such-job'"),
+        (("calc-commission", "2026-13-45"), "Cannot read '2026-13-45'"),
+        (("calc-commission", "--at", "tomorrow-ish"), "Cannot read 'tomorrow-ish'"),
+        (("calc-commission", "2026-11-28", "--at", "2026-11-29T01:00"), "not on 2026-11-28"),
+    ],
+)
+def test_bad_input_exits_1_with_a_clear_message_and_changes_nothing(args, fragment):
+    result = manage("run_cron_task", *args)
+    assert result.returncode == 1
+    assert fragment in result.stderr and "Traceback" not in result.stderr
+    assert not CronExecution.objects.exists()
+
+
+def test_a_job_already_running_is_refused_with_exit_code_2():
+    # A live run of another slot holds the job (overlap SKIP is the default).
+    assert manage("run_cron_task", "calc-commission", "2026-11-29").returncode == 0
+    CronExecution.objects.update(status=Status.RUNNING, lease_until=dt.datetime(2999, 1, 1, tzinfo=dt.UTC))
+    result = manage("run_cron_task", "calc-commission", "2026-11-30")
+    assert result.returncode == 2 and "another execution of this job is running" in result.stderr
+    assert CronExecution.objects.get(slot__date=dt.date(2026, 11, 30)).skip_reason == SkipReason.OVERLAP
+
+
+def test_list_cron_tasks_shows_policies_and_the_last_execution():
+    manage("run_cron_task", "calc-commission", "2026-11-29")
+    result = manage("list_cron_tasks")
+    assert result.returncode == 0
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == ["NAME", "CODE", "PATTERN", "OVERLAP", "TIMEZONE", "LAST", "SLOT", "LAST", "STATUS"]
+    row = next(line for line in lines if line.startswith("calc-commission"))
+    assert row.split()[1:5] == ["A001", "rerun_on_failure", "skip", "UTC"]
+    assert row.split()[-1] == "SUCCEEDED"
+    assert next(line for line in lines if line.startswith("boom")).endswith("never run")

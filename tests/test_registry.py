@@ -1,0 +1,115 @@
+"""Declaring jobs: both styles, validation, duplicates, discovery."""
+
+from __future__ import annotations
+
+import pytest
+from celery import current_app
+
+from cron_celery import ExecutionPattern, TrackedTask, cron_task, exceptions, register_task, registry
+
+
+def test_both_declaration_styles_are_celery_tasks_based_on_tracked_task():
+    from tests.jobsapp import tasks
+
+    for task in (tasks.calc_commission, tasks.SyncExternalAPI, tasks.async_job):
+        assert isinstance(task, TrackedTask)
+        assert current_app.tasks[task.name] is task._get_current_object()
+    assert registry.get("calc-commission").pattern == ExecutionPattern.RERUN_ON_FAILURE
+    assert registry.get("A002").name == "sync-external-api"
+    assert registry.get("sync-external-api").task_name == "tests.jobsapp.tasks.SyncExternalAPI"
+
+
+def test_jobs_in_installed_apps_tasks_modules_are_discovered():
+    names = {job.name for job in registry.all_jobs()}
+    assert {"calc-commission", "sync-external-api", "slow-standard", "async-job"} <= names
+
+
+@pytest.mark.parametrize("value", ["rerun_on_failure", "RERUN_ON_FAILURE", ExecutionPattern.RERUN_ON_FAILURE])
+def test_pattern_accepts_the_enum_or_its_name(value):
+    job = registry.declare(name="p", code="P1", task_name="x", pattern=value)
+    assert job.pattern is ExecutionPattern.RERUN_ON_FAILURE
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "fragment"),
+    [
+        ({"name": "Bad Name", "code": "C1"}, "lower-case slug"),
+        ({"name": "ok", "code": "has space"}, "code must be"),
+        ({"name": "ok", "code": "C1", "pattern": "sometimes"}, "pattern must be one of"),
+        ({"name": "ok", "code": "C1", "overlap": "maybe"}, "overlap must be one of"),
+        ({"name": "ok", "code": "C1", "timezone": "Mars/Olympus"}, "unknown timezone"),
+    ],
+)
+def test_invalid_declarations_name_the_job_and_the_problem(kwargs, fragment):
+    with pytest.raises(exceptions.ImproperlyDeclared) as info:
+        registry.declare(task_name="x", **kwargs)
+    assert fragment in str(info.value) and repr(kwargs["name"]) in str(info.value)
+
+
+def test_a_duplicate_name_or_code_is_refused():
+    with pytest.raises(exceptions.DuplicateJob, match="name 'calc-commission'"):
+        @cron_task(name="calc-commission", code="Z900")
+        def impostor(run):
+            return None
+
+    with pytest.raises(exceptions.DuplicateJob, match="code 'A001'"):
+        @register_task("another-name", "A001")
+        class Impostor(TrackedTask):
+            def execute(self, date):
+                return {}
+
+
+def test_declaring_the_same_task_again_replaces_it():
+    def body(run):
+        return "v1"
+
+    body.__module__ = "tests.dynamic"
+    try:
+        cron_task(name="redeclared", code="RD1")(body)
+        cron_task(name="redeclared", code="RD1", pattern="always")(body)
+        assert registry.get("redeclared").pattern == ExecutionPattern.ALWAYS
+    finally:
+        registry.unregister("redeclared")
+
+
+def test_a_job_needs_a_code():
+    with pytest.raises(exceptions.ImproperlyDeclared, match="code"):
+        cron_task(name="codeless")(lambda run: None)
+
+
+def test_register_task_only_decorates_tracked_task_subclasses():
+    with pytest.raises(exceptions.ImproperlyDeclared, match="TrackedTask"):
+        register_task("plain", "PL1")(object)  # type: ignore[arg-type]
+
+
+def test_unknown_job_lists_the_known_ones():
+    with pytest.raises(exceptions.UnknownJob) as info:
+        registry.get("does-not-exist")
+    assert "calc-commission" in str(info.value) and "list_cron_tasks" in str(info.value)
+
+
+def test_a_duplicate_stops_django_start_up(tmp_path):
+    """A project whose tasks.py files declare the same code twice does not start."""
+    import subprocess
+    import sys
+
+    app = tmp_path / "dupapp"
+    app.mkdir()
+    (app / "__init__.py").write_text("")
+    (app / "tasks.py").write_text(
+        "from cron_celery import cron_task\n"
+        "@cron_task(name='one', code='DUP')\ndef one(run): pass\n"
+        "@cron_task(name='two', code='DUP')\ndef two(run): pass\n"
+    )
+    (tmp_path / "dupsettings.py").write_text(
+        "from tests.settings import *\nINSTALLED_APPS = [*INSTALLED_APPS, 'dupapp']\n"
+    )
+    from tests.conftest import ROOT
+
+    result = subprocess.run(
+        [sys.executable, "-m", "django", "check"], cwd=tmp_path, capture_output=True, text=True,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{tmp_path}:{ROOT}",
+             "DJANGO_SETTINGS_MODULE": "dupsettings"}, timeout=60, check=False,
+    )
+    assert result.returncode != 0
+    assert "Two jobs share the code 'DUP'" in result.stderr
