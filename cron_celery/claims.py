@@ -330,6 +330,19 @@ def enqueue(
                        status=S.PENDING, forced=forced)
 
 
+def abandon(execution_id: int, message: str) -> None:
+    """Close a PENDING execution whose message could not be published (status FAILED)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            UPDATE {EXE} SET status = 'FAILED', completed = true, success = false,
+                ended = now(), error_code = 'PUBLISH_FAILED', message = %s
+            WHERE id = %s AND status = 'PENDING'
+            """,
+            [message[:1000], execution_id],
+        )
+
+
 def set_celery_task_id(execution_id: int, celery_task_id: str) -> None:
     with connection.cursor() as cursor:
         cursor.execute(

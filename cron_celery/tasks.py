@@ -19,6 +19,7 @@ HEADER_SLOT = "cron_slot"
 HEADER_EXECUTION = "cron_execution_id"
 HEADER_TRIGGER = "cron_trigger"
 HEADER_FORCE = "cron_force"
+HEADER_RERUN = "cron_rerun"
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -49,7 +50,7 @@ class TrackedTask(celery.Task):  # type: ignore[type-arg]
         slot_value = kwargs.pop("slot", None) or request.get(HEADER_SLOT)
         day = kwargs.pop("execution_date", None)
         force = bool(kwargs.pop("force", False) or request.get(HEADER_FORCE))
-        rerun = bool(kwargs.pop("rerun", False))
+        rerun = bool(kwargs.pop("rerun", False) or request.get(HEADER_RERUN))
         if slot_value is None and day is not None:
             slot_value = day if isinstance(day, dt.date) else schedules.parse_date(str(day))
         if slot_value is None:

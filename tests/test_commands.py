@@ -92,3 +92,14 @@ def test_list_cron_tasks_shows_policies_and_the_last_execution():
     assert row.split()[1:5] == ["A001", "rerun_on_failure", "skip", "UTC"]
     assert row.split()[-1] == "SUCCEEDED"
     assert next(line for line in lines if line.startswith("boom")).endswith("never run")
+
+
+def test_an_enqueue_that_cannot_reach_the_broker_fails_cleanly_and_frees_the_slot():
+    env = subprocess_env(REDIS_URL="redis://127.0.0.1:1/0")
+    result = manage("run_cron_task", "calc-commission", "2026-11-29", "--enqueue", env=env)
+    assert result.returncode == 1
+    assert "could not be sent to the broker" in result.stderr and "Traceback" not in result.stderr
+    row = CronExecution.objects.get(task_name="calc-commission")
+    assert (row.status, row.error_code, row.completed) == (Status.FAILED, "PUBLISH_FAILED", True)
+    # calc-commission reruns on failure: the slot is not blocked by the abandoned row.
+    assert manage("run_cron_task", "calc-commission", "2026-11-29").returncode == 0

@@ -48,3 +48,17 @@ def test_the_original_designs_queries_work_unchanged():
                   failed=Count("id", filter=Q(success=False)))
     )
     assert stats == [{"task_name": job.name, "total": 3, "successful": 1, "failed": 1}]
+
+
+@pytest.mark.django_db
+def test_the_admin_shows_the_history_read_only(admin_client):
+    job, job_id = make_job()
+    claim = begin(job, job_id)
+    finish(job_id, claim, Status.FAILED, message="Überweisung failed\nsecond line")
+    listing = admin_client.get("/admin/cron_celery/cronexecution/")
+    assert listing.status_code == 200
+    assert "Überweisung failed" in listing.content.decode() and "second line" not in listing.content.decode()
+    detail = admin_client.get(f"/admin/cron_celery/cronexecution/{claim.execution_id}/change/")
+    assert detail.status_code == 200 and "second line" in detail.content.decode()
+    assert admin_client.post(f"/admin/cron_celery/cronexecution/{claim.execution_id}/change/", {}).status_code == 403
+    assert admin_client.get("/admin/cron_celery/cronjob/").status_code == 200

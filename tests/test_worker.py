@@ -142,3 +142,16 @@ def test_a_skipped_slot_is_recorded_when_sent_twice(worker, marker):
     skip = CronExecution.objects.get(task_name="calc-commission", run_number=2)
     assert (skip.status, skip.skip_reason) == (Status.SKIPPED, models.SkipReason.ALREADY_RAN)
     assert len(marked(marker)) == 1
+
+
+def test_run_cron_task_enqueue_sends_the_slot_to_the_workers(worker, marker):
+    from tests.conftest import manage
+
+    result = manage("run_cron_task", "calc-commission", "--at", "2026-11-29T06:00", "--enqueue")
+    assert result.returncode == 0, result.stderr
+    assert "sent to the workers" in result.stdout
+    wait_for(finished(task_name="calc-commission"), what="the enqueued run")
+    row = CronExecution.objects.get(task_name="calc-commission")
+    assert (row.status, row.trigger, row.slot) == (Status.SUCCEEDED, Trigger.ENQUEUE, SLOT.replace(hour=6))
+    assert row.celery_task_id and row.celery_task_id in result.stdout
+    assert len(marked(marker)) == 1

@@ -20,6 +20,7 @@ class Command(BaseCommand):
         last: dict[str, models.CronExecution] = {}
         for found in (
             models.CronExecution.objects.filter(task_name__in=[job.name for job in jobs])
+            .exclude(status=models.Status.SKIPPED)
             .order_by("task_name", "-created_at", "-id")
             .distinct("task_name")
         ):

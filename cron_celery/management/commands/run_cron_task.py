@@ -44,7 +44,7 @@ class Command(BaseCommand):
         except exceptions.CronCeleryError as exc:
             raise self.fail(str(exc)) from None
         if options["enqueue"]:
-            self._enqueue(job, slot, force=options["force"] or options["rerun"])
+            self._enqueue(job, slot, force=options["force"], rerun=options["rerun"])
             return
         from celery import current_app
 
@@ -85,19 +85,27 @@ class Command(BaseCommand):
         today = dt.datetime.now(job.tzinfo).date()
         return schedules.slot_for_date(today, job.tzinfo)
 
-    def _enqueue(self, job: registry.Job, slot: dt.datetime, *, force: bool) -> None:
+    def _enqueue(self, job: registry.Job, slot: dt.datetime, *, force: bool, rerun: bool) -> None:
         from celery import current_app
 
         execution_id, run_number = claims.enqueue(
             job=job, job_id=runs.job_id(job), slot=slot,
             execution_date=schedules.execution_date(slot, job.tzinfo),
-            trigger=models.Trigger.ENQUEUE, forced=force,
+            trigger=models.Trigger.ENQUEUE, forced=force or rerun,
         )
         headers = {tasks.HEADER_SLOT: schedules.iso(slot), tasks.HEADER_EXECUTION: execution_id,
                    tasks.HEADER_TRIGGER: models.Trigger.ENQUEUE}
         if force:
             headers[tasks.HEADER_FORCE] = True
-        result = current_app.send_task(job.task_name, headers=headers)
+        if rerun:
+            headers[tasks.HEADER_RERUN] = True
+        try:
+            result = current_app.send_task(job.task_name, headers=headers)
+        except Exception as exc:
+            # Nothing was sent: close the PENDING row so it does not block the slot.
+            claims.abandon(execution_id, f"Could not send the run to the broker: {exc}")
+            raise self.fail(f"{job.name} {schedules.iso(slot)} could not be sent to the broker "
+                            f"({type(exc).__name__}: {exc}); nothing will run.") from None
         claims.set_celery_task_id(execution_id, result.id)
         self.stdout.write(self.style.SUCCESS(
             f"{job.name} {schedules.iso(slot)} sent to the workers "

@@ -1,0 +1,107 @@
+"""Settings of the example project, read from the environment.
+
+DATABASE_URL   PostgreSQL (default postgres://postgres@127.0.0.1:5432/cron_celery_demo)
+REDIS_URL      the Celery broker (default redis://127.0.0.1:6379/0)
+CELERY_TASK_DEFAULT_QUEUE   the queue the jobs are sent to and the worker reads (default cron-celery-demo)
+SENTRY_DSN     report errors to Sentry (off when unset)
+DJANGO_SECRET_KEY, DJANGO_DEBUG, DJANGO_ALLOWED_HOSTS, TIME_ZONE, CRON_CELERY_LOG_LEVEL
+"""
+
+from __future__ import annotations
+
+import os
+from urllib.parse import unquote, urlparse
+
+DATABASE_URL = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/cron_celery_demo")
+REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+
+_db = urlparse(DATABASE_URL)
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": unquote(_db.path.lstrip("/")) or "cron_celery_demo",
+        "USER": unquote(_db.username or "postgres"),
+        "PASSWORD": unquote(_db.password or ""),
+        "HOST": _db.hostname or "127.0.0.1",
+        "PORT": str(_db.port or 5432),
+        # Keep connections open between requests and tasks (see CELERY_DB_REUSE_MAX).
+        "CONN_MAX_AGE": 60,
+    }
+}
+
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "example-only-not-secret")
+DEBUG = os.environ.get("DJANGO_DEBUG", "") == "1"
+ALLOWED_HOSTS = os.environ.get("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1").split(",")
+USE_TZ = True
+TIME_ZONE = os.environ.get("TIME_ZONE", "UTC")
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_celery_beat",
+    "cron_celery",
+    "reports",
+]
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+ROOT_URLCONF = "proj.urls"
+STATIC_URL = "static/"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+# Celery. No result backend: every run is recorded in CronExecution instead.
+CELERY_BROKER_URL = REDIS_URL
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_TASK_DEFAULT_QUEUE", "cron-celery-demo")
+CELERY_TIMEZONE = TIME_ZONE
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Jobs acknowledge late; take one message at a time so a busy process does not hoard them.
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Reuse a worker's database connection for 1000 tasks instead of reconnecting every task.
+CELERY_DB_REUSE_MAX = 1000
+
+CRON_CELERY = {"LEASE_SECONDS": 60}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "[%(asctime)s: %(levelname)s/%(processName)s] %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {
+        "cron_celery": {
+            "handlers": ["console"],
+            "level": os.environ.get("CRON_CELERY_LOG_LEVEL", "WARNING"),
+            "propagate": False,
+        },
+    },
+}
+
+SENTRY_DSN = os.environ.get("SENTRY_DSN", "")
+if SENTRY_DSN:
+    import sentry_sdk
+
+    # The Django and Celery integrations are enabled automatically.
+    sentry_sdk.init(dsn=SENTRY_DSN, environment=os.environ.get("SENTRY_ENVIRONMENT", "example"))

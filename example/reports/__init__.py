@@ -1,0 +1,1 @@
+"""Sample jobs of the example project (see tasks.py)."""

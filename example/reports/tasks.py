@@ -1,0 +1,69 @@
+"""Sample jobs, found by autodiscovery of each installed app's ``tasks`` module.
+
+Run one with ``python manage.py run_cron_task daily-report 2026-11-29`` (in this
+process) or send it to the workers with ``--enqueue``; ``list_cron_tasks`` lists them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import random
+
+from cron_celery import ExecutionPattern, Run, TrackedTask, cron_task, register_task
+from cron_celery.models import CronExecution, Status
+
+
+@cron_task(name="daily-report", code="R001", pattern="standard", timezone="Europe/Amsterdam")
+def daily_report(run: Run) -> dict[str, object]:
+    """Builds the day's sales report (once per day: a second call for the day is skipped)."""
+    rng = random.Random(run.execution_date.toordinal())  # the same figures for the same day
+    orders = rng.randint(80, 160)
+    revenue = round(orders * rng.uniform(20, 60), 2)
+    run.logger.info("report for %s: %s orders", run.execution_date, orders)
+    return {
+        "error": False,
+        "message": f"Sales report {run.execution_date}: {orders} orders, EUR {revenue:,.2f}",
+        "orders": orders,
+        "revenue": revenue,
+    }
+
+
+@register_task("sync-partner-api", "S001", execution_pattern=ExecutionPattern.RERUN_ON_FAILURE)
+class SyncPartnerAPI(TrackedTask):
+    """Pulls the day's orders from the partner's API.
+
+    The partner here is simulated: its API answers 503 to the first call for a date and
+    works once that failure is on record. The state is the execution history in the
+    database (worker processes share nothing else), so it survives across workers.
+    """
+
+    def execute(self, date: dt.date) -> dict[str, object]:
+        already_failed = CronExecution.objects.filter(
+            task_name="sync-partner-api", execution_date=date, status=Status.FAILED
+        ).exists()
+        if not already_failed:
+            return {
+                "error": True,
+                "message": "Partner API answered 503 Service Unavailable",
+                "error_code": "HTTP_503",
+            }
+        return {"error": False, "message": f"Synced 17 partner orders for {date}"}
+
+
+async def _fetch_rate(currency: str) -> tuple[str, float]:
+    await asyncio.sleep(0.05)  # stands in for an HTTP call
+    return currency, round(random.uniform(0.5, 1.5), 4)
+
+
+@cron_task(name="refresh-exchange-rates", code="X001", pattern="rerun_on_failure", timezone="UTC")
+async def refresh_exchange_rates(run: Run) -> str:
+    """Fetches exchange rates concurrently (an ``async def`` job)."""
+    rates = dict(await asyncio.gather(*(_fetch_rate(c) for c in ("USD", "GBP", "JPY", "CHF"))))
+    return f"Fetched {len(rates)} exchange rates concurrently"
+
+
+@cron_task(name="health-ping", code="H001", pattern="always", overlap="allow", timezone="UTC")
+def health_ping(run: Run) -> str:
+    """A fast job that runs on every call (pattern "always"); runs may overlap."""
+    return f"pong (run #{run.run_number}, attempt {run.attempt})"
