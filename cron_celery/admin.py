@@ -35,8 +35,8 @@ class CronJobAdmin(ReadOnly):
 
 @admin.register(models.CronExecution)
 class CronExecutionAdmin(ReadOnly):
-    list_display = ("task_name", "task_code", "slot", "run_number", "status", "trigger",
-                    "skip_reason", "started", "duration", "retry_count", "short_message")
+    list_display = ("task_name", "slot", "run_number", "status", "trigger", "skip_reason",
+                    "duration", "short_message")
     list_filter = ("status", "trigger", "skip_reason", "task_name")
     search_fields = ("task_code", "task_name", "celery_task_id", "message")
     date_hierarchy = "slot"
@@ -45,4 +45,4 @@ class CronExecutionAdmin(ReadOnly):
     @admin.display(description="message")
     def short_message(self, obj: models.CronExecution) -> str:
         first = obj.message.splitlines()[0] if obj.message else ""
-        return first[:120]
+        return first[:100]
