@@ -6,9 +6,13 @@ lock also advances the job's fence, so each claim gets a number no earlier claim
 every later write about the run carries it, and a write with a stale fence changes
 nothing.
 
-Statements per run (see docs/benchmarks.md): ``begin`` is 2 statements in one
-transaction when the job needs no slot or overlap check, 3 otherwise; ``finish`` is 2
-statements in one transaction; ``heartbeat`` is one statement every third of the lease.
+Statements per run (see docs/benchmarks.md): ``begin`` is one autocommit statement when
+the job needs no slot or overlap check (pattern ``always`` with overlap ``allow``), and
+otherwise three statements in one transaction (lock + fence, read the slot's state,
+insert or claim); ``finish`` is one autocommit statement; ``heartbeat`` is one statement
+every third of the lease. Every statement that changes an execution's status or fence
+locks the job's row first, so decisions about one job are serialised and no two of them
+can deadlock.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import datetime as dt
 import json
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 
 from cron_celery import models, registry
 
@@ -53,33 +57,48 @@ class Claim:
 
 
 def ensure_job(job: registry.Job) -> int:
-    """Create or refresh the job's row from its declaration and return its id."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"""
-            INSERT INTO {JOB} (name, code, task, pattern, overlap, timezone, description,
-                               paused, fence, consecutive_failures, last_status,
-                               created_at, updated_at)
-            VALUES (%s, %s, %s, %s, %s, %s, %s, false, 0, 0, '', now(), now())
-            ON CONFLICT (name) DO UPDATE SET
-                code = EXCLUDED.code, task = EXCLUDED.task, pattern = EXCLUDED.pattern,
-                overlap = EXCLUDED.overlap, timezone = EXCLUDED.timezone,
-                description = EXCLUDED.description, updated_at = now()
-            WHERE ({JOB}.code, {JOB}.task, {JOB}.pattern, {JOB}.overlap, {JOB}.timezone,
-                   {JOB}.description)
-              IS DISTINCT FROM (EXCLUDED.code, EXCLUDED.task, EXCLUDED.pattern,
-                                EXCLUDED.overlap, EXCLUDED.timezone, EXCLUDED.description)
-            RETURNING id
-            """,
-            [job.name, job.code, job.task_name, job.pattern, job.overlap, job.timezone,
-             job.description],
-        )
-        row = cursor.fetchone()
-        if row is None:  # unchanged: ON CONFLICT ... WHERE false returns nothing
-            cursor.execute(f"SELECT id FROM {JOB} WHERE name = %s", [job.name])
-            row = cursor.fetchone()
-    assert row is not None
-    return int(row[0])
+    """Create or refresh the job's row from its declaration and return its id.
+
+    The row is keyed by the job's code (its stable id): renaming a job keeps its history.
+    A stale row that still holds the name under another code is renamed out of the way.
+    """
+    params = [job.name, job.code, job.task_name, job.pattern, job.overlap, job.timezone,
+              job.description]
+    upsert = f"""
+        INSERT INTO {JOB} (name, code, task, pattern, overlap, timezone, description,
+                           paused, fence, consecutive_failures, last_status,
+                           created_at, updated_at)
+        VALUES (%s, %s, %s, %s, %s, %s, %s, false, 0, 0, '', now(), now())
+        ON CONFLICT (code) DO UPDATE SET
+            name = EXCLUDED.name, task = EXCLUDED.task, pattern = EXCLUDED.pattern,
+            overlap = EXCLUDED.overlap, timezone = EXCLUDED.timezone,
+            description = EXCLUDED.description, updated_at = now()
+        WHERE ({JOB}.name, {JOB}.task, {JOB}.pattern, {JOB}.overlap, {JOB}.timezone,
+               {JOB}.description)
+          IS DISTINCT FROM (EXCLUDED.name, EXCLUDED.task, EXCLUDED.pattern,
+                            EXCLUDED.overlap, EXCLUDED.timezone, EXCLUDED.description)
+        RETURNING id
+        """
+    for attempt in range(3):
+        try:
+            with transaction.atomic(), connection.cursor() as cursor:
+                if attempt:
+                    cursor.execute(
+                        f"UPDATE {JOB} SET name = left(name, 80) || '-was-' || code"
+                        " WHERE name = %s AND code <> %s",
+                        [job.name, job.code],
+                    )
+                cursor.execute(upsert, params)
+                row = cursor.fetchone()
+                if row is None:  # unchanged: ON CONFLICT ... WHERE false returns nothing
+                    cursor.execute(f"SELECT id FROM {JOB} WHERE code = %s", [job.code])
+                    row = cursor.fetchone()
+            assert row is not None
+            return int(row[0])
+        except IntegrityError:
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
 
 
 def _slot_state(cursor: Any, job_id: int, slot: dt.datetime, me: int) -> dict[str, Any]:
@@ -171,6 +190,12 @@ def begin(
     With ``execution_id`` (a message from beat or ``--enqueue``) the existing row is
     claimed; without it a new execution (the next ``run_number``) is inserted.
     """
+    if not _needs_state(job, execution_id, force, rerun):
+        fast = _claim_new(job=job, job_id=job_id, slot=slot, execution_date=execution_date,
+                          trigger=trigger, forced=force or rerun, celery_task_id=celery_task_id,
+                          worker=worker, pid=pid, lease_seconds=lease_seconds)
+        if fast is not None:
+            return fast
     with transaction.atomic(), connection.cursor() as cursor:
         # 1. Lock the job's row and take the next fence in one statement.
         cursor.execute(
@@ -226,6 +251,58 @@ def begin(
             celery_task_id=celery_task_id, worker=worker, pid=pid,
         )
         return Claim(outcome=S.RUNNING, execution_id=new_id, run_number=run_number, fence=fence)
+
+
+INSERT_COLUMNS = """job_id, task_code, task_name, slot, execution_date, run_number,
+    status, trigger, skip_reason, forced, created_at, started, ended, completed,
+    success, message, error_code, traceback, retry_count, celery_task_id, worker,
+    pid, fence, lease_until"""
+
+
+def _claim_new(
+    *,
+    job: registry.Job,
+    job_id: int,
+    slot: dt.datetime,
+    execution_date: dt.date,
+    trigger: str,
+    forced: bool,
+    celery_task_id: str,
+    worker: str,
+    pid: int | None,
+    lease_seconds: int,
+) -> Claim | None:
+    """One autocommit statement for a job that needs no slot or overlap check.
+
+    It locks the job's row (taking the fence) and inserts the RUNNING execution. It
+    returns None — and the caller takes the full path — when the job is paused, its row
+    is gone, or another claim inserted the same run number first.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            WITH j AS (UPDATE {JOB} SET fence = fence + 1 WHERE id = %(job)s AND NOT paused
+                       RETURNING fence)
+            INSERT INTO {EXE} ({INSERT_COLUMNS})
+            SELECT %(job)s, %(code)s, %(name)s, %(slot)s, %(date)s,
+                coalesce((SELECT max(run_number) FROM {EXE}
+                          WHERE job_id = %(job)s AND slot = %(slot)s), 0) + 1,
+                'RUNNING', %(trigger)s, '', %(forced)s, now(), now(), NULL, false, NULL,
+                '', '', '', 0, %(task_id)s, %(worker)s, %(pid)s, j.fence,
+                now() + make_interval(secs => %(lease)s)
+            FROM j
+            ON CONFLICT (job_id, slot, run_number) DO NOTHING
+            RETURNING id, run_number, fence
+            """,
+            {"job": job_id, "code": job.code, "name": job.name, "slot": slot,
+             "date": execution_date, "trigger": trigger, "forced": forced,
+             "task_id": celery_task_id, "worker": worker, "pid": pid, "lease": lease_seconds},
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    return Claim(outcome=S.RUNNING, execution_id=int(row[0]), run_number=int(row[1]),
+                 fence=int(row[2]))
 
 
 def _insert(
@@ -380,34 +457,29 @@ def finish(
     Returns False (and writes nothing) when another claim has taken the execution over.
     """
     succeeded = status == S.SUCCEEDED
-    with transaction.atomic(), connection.cursor() as cursor:
-        # Job row first, as in ``begin``: the same lock order everywhere, no deadlocks.
+    with connection.cursor() as cursor:
+        # One statement, locks taken in the same order as ``begin``: the job's row first
+        # (j), then the execution (e), whose fence and status are re-checked on its latest
+        # version; the job's aggregates change only if the execution did.
         cursor.execute(
             f"""
+            WITH j AS (SELECT id FROM {JOB} WHERE id = %(job)s FOR UPDATE),
+            e AS (
+                UPDATE {EXE} SET status = %(status)s, ended = now(), completed = true,
+                    success = %(ok)s, message = %(message)s, error_code = %(code)s,
+                    traceback = %(tb)s, result = %(result)s::jsonb, lease_until = NULL
+                FROM j
+                WHERE {EXE}.id = %(id)s AND {EXE}.fence = %(fence)s AND {EXE}.status = 'RUNNING'
+                RETURNING {EXE}.job_id
+            )
             UPDATE {JOB} SET
                 consecutive_failures = CASE WHEN %(ok)s THEN 0 ELSE consecutive_failures + 1 END,
                 last_success_at = CASE WHEN %(ok)s THEN now() ELSE last_success_at END,
                 last_status = %(status)s, last_run_at = now()
-            WHERE id = %(job)s AND EXISTS (
-                SELECT 1 FROM {EXE} WHERE id = %(id)s AND fence = %(fence)s AND status = 'RUNNING')
-            """,
-            {"ok": succeeded, "status": status, "job": job_id, "id": execution_id,
-             "fence": fence},
-        )
-        if cursor.rowcount != 1:
-            return False
-        cursor.execute(
-            f"""
-            UPDATE {EXE} SET status = %(status)s, ended = now(), completed = true,
-                success = %(ok)s, message = %(message)s, error_code = %(code)s,
-                traceback = %(tb)s, result = %(result)s::jsonb, lease_until = NULL
-            WHERE id = %(id)s AND fence = %(fence)s AND status = 'RUNNING'
+            FROM e WHERE {JOB}.id = e.job_id
             """,
             {"status": status, "ok": succeeded, "message": message, "code": error_code,
              "tb": traceback, "result": None if result is None else json.dumps(result),
-             "id": execution_id, "fence": fence},
+             "id": execution_id, "fence": fence, "job": job_id},
         )
-        if cursor.rowcount != 1:
-            transaction.set_rollback(True)
-            return False
-    return True
+        return bool(cursor.rowcount == 1)

@@ -73,14 +73,21 @@ def _loop() -> None:
     while True:
         _wake.wait(1.0)
         _wake.clear()
-        now = time.monotonic()
-        with _lock:
-            due = [entry for entry in _active.values() if entry.due <= now]
-        for entry in due:
-            renew(entry)
-        if not due:
-            # Give the connection back between bursts so a database restart heals.
-            connection.close_if_unusable_or_obsolete()
+        try:
+            _tick()
+        except Exception:  # the thread must outlive any one failure
+            logger.exception("lease thread failed a round; going on")
+
+
+def _tick() -> None:
+    now = time.monotonic()
+    with _lock:
+        due = [entry for entry in _active.values() if entry.due <= now]
+    for entry in due:
+        renew(entry)
+    if not due and connection.connection is not None:
+        # Drop a broken connection between rounds so that a database restart heals.
+        connection.close_if_unusable_or_obsolete()
 
 
 def renew(entry: _Active) -> None:

@@ -325,3 +325,44 @@ def test_the_database_refuses_two_executions_with_the_same_run_number():
             " 'PENDING', 'BEAT', '', false, now(), false, '', '', '', 0, '', '')",
             [job_id, SLOT, DAY],
         )
+
+
+# --- the one-statement claim and ensure_job ---------------------------------------------
+
+def test_the_one_statement_claim_falls_back_to_the_full_path_for_a_paused_job():
+    job, job_id = make_job("always", overlap="allow")
+    assert not claims._needs_state(job, None, False, False)
+    CronJob.objects.filter(id=job_id).update(paused=True)
+    assert claims._claim_new(job=job, job_id=job_id, slot=SLOT, execution_date=DAY,
+                             trigger=Trigger.MANUAL, forced=False, celery_task_id="", worker="",
+                             pid=None, lease_seconds=60) is None
+    assert begin(job, job_id).skip_reason == SkipReason.PAUSED
+
+
+def test_the_one_statement_claim_yields_on_a_run_number_taken_meanwhile():
+    job, job_id = make_job("always", overlap="allow")
+    enqueue(job, job_id)  # run 1 is taken by a PENDING execution
+    fast = claims._claim_new(job=job, job_id=job_id, slot=SLOT, execution_date=DAY,
+                             trigger=Trigger.MANUAL, forced=False, celery_task_id="", worker="",
+                             pid=None, lease_seconds=60)
+    assert fast is not None and fast.run_number == 2  # it reads the committed rows
+    missing = claims._claim_new(job=job, job_id=job_id + 10_000, slot=SLOT, execution_date=DAY,
+                                trigger=Trigger.MANUAL, forced=False, celery_task_id="", worker="",
+                                pid=None, lease_seconds=60)
+    assert missing is None
+    with pytest.raises(claims.JobRowMissing):
+        begin(job, job_id + 10_000)
+
+
+def test_a_renamed_job_keeps_its_row_and_a_stale_name_is_moved_aside():
+    from cron_celery import registry
+
+    job, job_id = make_job()
+    renamed = registry.declare(name=f"{job.name}-new", code=job.code, task_name=job.task_name)
+    assert claims.ensure_job(renamed) == job_id
+    assert CronJob.objects.get(id=job_id).name == renamed.name
+    # A new code under the old row's name: the old row is renamed out of the way.
+    other = registry.declare(name=renamed.name, code=f"{job.code}-B", task_name="x.y")
+    other_id = claims.ensure_job(other)
+    assert other_id != job_id
+    assert CronJob.objects.get(id=job_id).name == f"{renamed.name}-was-{job.code}"
