@@ -1,0 +1,669 @@
+"""What tracking a run costs: no-op tasks per second through one real prefork worker.
+
+Three variants of the same no-op body (one Redis ``INCR``, see ``bench/tasks.py``):
+
+  (i)   a bare Celery task, no result backend;
+  (ii)  the same task with django-celery-results storing a row per task (``django-db``);
+  (iii) a ``cron_task`` job (pattern "always", overlap "allow"), one slot per message,
+        recorded as a ``CronExecution`` row; no result backend.
+
+For each variant and repeat a fresh ``celery worker --pool prefork --concurrency 2`` is
+started on a warm-up queue; once it answers a ping and has run a few warm-up messages,
+N messages are published to a second queue (the queue is pre-filled) and the worker is
+told to consume it (``add_consumer``). The clock starts when the first of the N has
+finished (the task writes that time to Redis) and stops when the last one is done: the
+Redis counter reached N for (i), and the result rows (ii) or succeeded executions (iii)
+in PostgreSQL reached N. Throughput is (N - 1) / elapsed. The variants are interleaved
+(i, ii, iii, i, ii, iii...) and the medians of the repeats are reported, with the ratios
+(iii)/(i) and (iii)/(ii).
+
+It also counts, in this process, the SQL statements and transactions of 100 tracked runs
+(the task called directly) and of 100 django-db result writes.
+
+Usage, from the repository root::
+
+    ./.venv-dj52/bin/python bench/overhead.py            # N=2000, 3 repeats
+    ./.venv-dj52/bin/python bench/overhead.py --quick    # N=200, 1 repeat: a smoke test
+
+Needs Redis (REDIS_URL, default redis://127.0.0.1:6379/0) and PostgreSQL (DATABASE_URL;
+its host, port and user are used with the database ``cron_celery_bench``, created and
+migrated here). Redis is never flushed: the queues, counters and bindings this run
+created carry a unique tag and only those are deleted at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import datetime as dt
+import json
+import os
+import platform
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import redis
+from psycopg import sql
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as a script: make ``bench`` and ``cron_celery`` importable
+    sys.path.insert(0, str(ROOT))
+os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
+
+TAG = uuid.uuid4().hex[:10]
+PREFIX = f"cron-celery-bench-{TAG}"
+# Read by bench/settings.py at import, here and in the workers (inherited environment).
+os.environ["BENCH_DEFAULT_QUEUE"] = f"{PREFIX}-default"
+
+SLOT_BASE = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+WARMUP_BASE = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
+PRIORITY_SEP = "\x06\x16"  # kombu's Redis transport: "queue\x06\x16<priority>" keys
+PRIORITY_STEPS = (3, 6, 9)
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    key: str
+    label: str
+    task: str  # the task's name
+    result_backend: str  # "" = none
+    table: str = ""  # the table whose rows mark completion ("" = the Redis counter only)
+    done_status: str = ""
+    reuse: bool = True  # False: the worker runs without CELERY_DB_REUSE_MAX
+
+
+VARIANTS = (
+    Variant("bare", "(i)   bare Celery task", "bench.noop", ""),
+    Variant("results", "(ii)  + django-celery-results", "bench.noop", "django-db",
+            "django_celery_results_taskresult", "SUCCESS"),
+    Variant("tracked", "(iii) cron_task (tracked)", "bench.tracked_noop", "",
+            "cron_celery_cronexecution", "SUCCEEDED"),
+)
+#: With ``--also-without-reuse``: (ii) and (iii) again, without CELERY_DB_REUSE_MAX.
+NO_REUSE_VARIANTS = (
+    Variant("results-noreuse", "(ii')  (ii) without DB_REUSE_MAX", "bench.noop", "django-db",
+            "django_celery_results_taskresult", "SUCCESS", reuse=False),
+    Variant("tracked-noreuse", "(iii') (iii) without DB_REUSE_MAX", "bench.tracked_noop", "",
+            "cron_celery_cronexecution", "SUCCEEDED", reuse=False),
+)
+
+
+class BenchError(RuntimeError):
+    pass
+
+
+def log(text: str) -> None:
+    print(text, flush=True)
+
+
+# --------------------------------------------------------------------------- database
+
+
+def ensure_database() -> str:
+    """Create the benchmark's database when missing; returns its name."""
+    from bench import settings as bench_settings
+
+    db: dict[str, Any] = bench_settings.DATABASES["default"]
+    params: dict[str, Any] = {"host": db["HOST"], "port": db["PORT"], "user": db["USER"],
+                              "dbname": "postgres", "connect_timeout": 5}
+    if db["PASSWORD"]:
+        params["password"] = db["PASSWORD"]
+    with psycopg.connect(autocommit=True, **params) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s",
+                              [db["NAME"]]).fetchone()
+        if exists is None:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(str(db["NAME"]))))
+            log(f"created database {db['NAME']}")
+    return str(db["NAME"])
+
+
+def setup_django() -> None:
+    import django
+    from django.core.management import call_command
+
+    django.setup()
+    call_command("migrate", verbosity=0, interactive=False)
+
+
+def clean_tables() -> None:
+    """Empty the tables, then register the benchmark's job (its row must exist already:
+    see the note on ``claims.ensure_job`` in docs/benchmarks.md)."""
+    from django.db import connection
+
+    from cron_celery import claims, registry
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "TRUNCATE cron_celery_cronexecution, cron_celery_cronjob, "
+            "django_celery_results_taskresult RESTART IDENTITY CASCADE"
+        )
+    job = registry.by_task_name("bench.tracked_noop")
+    if job is None:
+        raise BenchError("the job bench.tracked_noop is not declared (bench/tasks.py)")
+    claims.ensure_job(job)
+
+
+def count_rows(table: str, status: str) -> int:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT count(*) FROM {table} WHERE status = %s", [status])
+        row = cursor.fetchone()
+    return int(row[0]) if row else 0
+
+
+def status_counts(table: str) -> dict[str, int]:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT status, count(*) FROM {table} GROUP BY status")
+        return {str(status): int(count) for status, count in cursor.fetchall()}
+
+
+def server_facts() -> dict[str, str]:
+    from django.db import connection
+
+    facts = {}
+    with connection.cursor() as cursor:
+        for name in ("server_version", "synchronous_commit", "fsync", "shared_buffers"):
+            cursor.execute("SELECT current_setting(%s)", [name])
+            row = cursor.fetchone()
+            facts[name] = str(row[0]) if row else "?"
+    return facts
+
+
+# ------------------------------------------------------------------ statement counting
+
+
+@dataclasses.dataclass
+class SqlCount:
+    statements: int = 0
+    commits: int = 0
+    rollbacks: int = 0
+    kinds: Counter[str] = dataclasses.field(default_factory=Counter)
+
+    def minus(self, other: SqlCount) -> SqlCount:
+        return SqlCount(self.statements - other.statements, self.commits - other.commits,
+                        self.rollbacks - other.rollbacks, self.kinds - other.kinds)
+
+    def copy(self) -> SqlCount:
+        return SqlCount(self.statements, self.commits, self.rollbacks, Counter(self.kinds))
+
+
+_KIND = re.compile(r"^\s*(\w+)(?:.*?\b(?:UPDATE|INTO|FROM)\s+\"?(\w+))?", re.S | re.I)
+
+
+def _kind(statement: str) -> str:
+    found = _KIND.match(statement)
+    if found is None:
+        return statement.split(None, 1)[0] if statement.strip() else "?"
+    verb, table = found.group(1).upper(), found.group(2)
+    if verb == "UPDATE":  # "UPDATE <table>": the table follows the verb directly
+        table = statement.split()[1].strip('"')
+    return f"{verb} {table}" if table else verb
+
+
+@contextlib.contextmanager
+def counting_sql() -> Iterator[SqlCount]:
+    """Count the statements Django sends (``execute_wrapper``) and its commits/rollbacks."""
+    from django.db import connections
+
+    conn = connections["default"]
+    count = SqlCount()
+
+    def wrapper(execute: Callable[..., Any], statement: str, params: Any, many: bool,
+                context: Any) -> Any:
+        count.statements += 1
+        count.kinds[_kind(statement)] += 1
+        return execute(statement, params, many, context)
+
+    real_commit, real_rollback = conn.commit, conn.rollback
+
+    def commit() -> None:
+        count.commits += 1
+        real_commit()
+
+    def rollback() -> None:
+        count.rollbacks += 1
+        real_rollback()
+
+    setattr(conn, "commit", commit)  # noqa: B010 - shadow the bound method on this instance
+    setattr(conn, "rollback", rollback)  # noqa: B010
+    try:
+        with conn.execute_wrapper(wrapper):
+            yield count
+    finally:
+        delattr(conn, "commit")
+        delattr(conn, "rollback")
+
+
+def count_statements(runs: int) -> dict[str, Any]:
+    """Statements per tracked run (task called directly) and per django-db result write."""
+    from django_celery_results.backends.database import DatabaseBackend
+
+    from bench import tasks
+    from bench.celery_app import app
+    from cron_celery import runs as cron_runs
+
+    clean_tables()
+    cron_runs._job_ids.clear()  # the job's row was just truncated: the first run creates it
+    per_run: list[SqlCount] = []
+    with counting_sql() as count:
+        for i in range(runs):
+            before = count.copy()
+            outcome = tasks.tracked_noop(slot=(SLOT_BASE + dt.timedelta(minutes=i)).isoformat())
+            if outcome["status"] != "SUCCEEDED":
+                raise BenchError(f"in-process tracked run {i} ended {outcome}")
+            per_run.append(count.minus(before))
+    steady = per_run[1:] or per_run
+    tracked = {
+        "runs": runs,
+        "first_run_statements": per_run[0].statements,
+        "first_run_kinds": dict(per_run[0].kinds),
+        "statements_per_run": statistics.mean(c.statements for c in steady),
+        "transactions_per_run": statistics.mean(c.commits for c in steady),
+        "rollbacks": sum(c.rollbacks for c in per_run),
+        "kinds_per_run": dict(steady[-1].kinds),
+        "total_statements": count.statements,
+    }
+
+    backend = DatabaseBackend(app=app)
+    writes: list[SqlCount] = []
+    with counting_sql() as count:
+        for _ in range(runs):
+            before = count.copy()
+            backend.mark_as_done(uuid.uuid4().hex, None)
+            writes.append(count.minus(before))
+    results = {
+        "writes": runs,
+        "statements_per_task": statistics.mean(c.statements for c in writes),
+        "transactions_per_task": statistics.mean(c.commits for c in writes),
+        "kinds_per_task": dict(writes[-1].kinds),
+    }
+    clean_tables()
+    cron_runs._job_ids.clear()
+    return {"tracked": tracked, "results": results}
+
+
+# ----------------------------------------------------------------------------- worker
+
+
+class Worker:
+    """One ``celery worker`` subprocess in its own process group."""
+
+    def __init__(self, *, node: str, queue: str, env: dict[str, str], concurrency: int,
+                 log_path: Path) -> None:
+        self.node = node
+        self.log_path = log_path
+        self.cmd = [
+            sys.executable, "-m", "celery", "-A", "bench.celery_app", "worker",
+            "--pool", "prefork", "--concurrency", str(concurrency), "-Q", queue, "-n", node,
+            "--without-gossip", "--without-mingle", "--without-heartbeat",
+            "--loglevel", "WARNING",
+        ]
+        self._log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            self.cmd, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, start_new_session=True,
+        )
+
+    def check_alive(self) -> None:
+        if self.proc.poll() is not None:
+            raise BenchError(f"the worker exited with {self.proc.returncode}:\n{self.tail()}")
+
+    def tail(self, lines: int = 30) -> str:
+        try:
+            text = self.log_path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop(self) -> None:
+        """Warm shutdown (SIGTERM to the group), then SIGKILL whatever is left of it."""
+        pgid = self.proc.pid  # start_new_session: the group id is the leader's pid
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=20)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)  # the leader or orphaned pool children
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(pgid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
+        else:
+            raise BenchError(f"worker process group {pgid} is still alive")
+        self._log.close()
+
+
+# ------------------------------------------------------------------------------ redis
+
+
+def queue_keys(queue: str) -> list[str]:
+    return [queue, *(f"{queue}{PRIORITY_SEP}{p}" for p in PRIORITY_STEPS),
+            f"_kombu.binding.{queue}", f"_kombu.binding_permanent.{queue}"]
+
+
+def sweep_redis(client: redis.Redis, marks: list[str]) -> int:
+    """Delete the keys, binding members and unacked entries that carry one of ``marks``.
+
+    Shared keys (``_kombu.binding.*`` sets of common exchanges, ``unacked``) are never
+    deleted; only their members naming this run's queues or nodes are removed.
+    """
+    removed = 0
+
+    def ours(value: bytes | str) -> bool:
+        text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+        return any(mark in text for mark in marks)
+
+    for mark in marks:
+        for key in client.scan_iter(match=f"*{mark}*", count=500):
+            removed += int(client.delete(key))
+    for pattern in ("_kombu.binding.*", "_kombu.binding_permanent.*"):
+        for key in client.scan_iter(match=pattern, count=500):
+            if client.type(key) != b"set":
+                continue
+            members = [m for m in client.smembers(key) if ours(m)]
+            if members:
+                removed += int(client.srem(key, *members))
+    if client.type("_kombu.binding_deadlines") == b"zset":
+        members = [m for m, _ in client.zscan_iter("_kombu.binding_deadlines") if ours(m)]
+        if members:
+            removed += int(client.zrem("_kombu.binding_deadlines", *members))
+    if client.type("unacked") == b"hash":  # only after a crash: messages of our queues
+        tags = [tag for tag, value in client.hscan_iter("unacked") if ours(value)]
+        if tags:
+            removed += int(client.hdel("unacked", *tags))
+            if client.type("unacked_index") == b"zset":
+                client.zrem("unacked_index", *tags)
+    return removed
+
+
+# ------------------------------------------------------------------------------- runs
+
+
+def wait_for(what: str, condition: Callable[[], bool], timeout: float, worker: Worker,
+             interval: float = 0.002) -> float:
+    """Poll until ``condition()``; returns the wall-clock time it was first seen to hold."""
+    deadline = time.monotonic() + timeout
+    polls = 0
+    while True:
+        if condition():
+            return time.time()
+        polls += 1
+        if polls % 200 == 0:
+            worker.check_alive()
+        if time.monotonic() > deadline:
+            worker.check_alive()
+            raise BenchError(f"timed out after {timeout:.0f}s waiting for {what}\n{worker.tail()}")
+        time.sleep(interval)
+
+
+def publish(app: Any, variant: Variant, queue: str, count: int, base: dt.datetime) -> None:
+    task = app.tasks[variant.task]
+    with app.producer_or_acquire() as producer:
+        for i in range(count):
+            kwargs = {}
+            if variant.task == "bench.tracked_noop":
+                kwargs["slot"] = (base + dt.timedelta(minutes=i)).isoformat()
+            task.apply_async(kwargs=kwargs, queue=queue, producer=producer)
+
+
+def run_once(app: Any, client: redis.Redis, variant: Variant, *, n: int, warmup: int,
+             concurrency: int, label: str, logdir: Path) -> dict[str, Any]:
+    """One timed run of ``n`` messages of one variant through a fresh worker."""
+    queue = f"{PREFIX}-{label}"
+    warm_queue = f"{queue}-warm"
+    node = f"{PREFIX}-{label}@{socket.gethostname()}"
+    counter = f"{PREFIX}:{label}:done"
+    clean_tables()
+    env = dict(os.environ)
+    env.update(
+        DJANGO_SETTINGS_MODULE="bench.settings",
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        BENCH_COUNTER_KEY=counter,
+        BENCH_FIRST=str(warmup + 1),
+        BENCH_RESULT_BACKEND=variant.result_backend,
+        BENCH_DB_REUSE_MAX=os.environ.get("BENCH_DB_REUSE_MAX", "") if variant.reuse else "0",
+    )
+    worker = Worker(node=node, queue=warm_queue, env=env, concurrency=concurrency,
+                    log_path=logdir / f"worker-{label}.log")
+    try:
+        started = time.perf_counter()
+        wait_for("the worker to answer a ping",
+                 lambda: bool(app.control.ping(destination=[node], timeout=0.5)),
+                 120, worker, interval=0.2)
+        ready_s = time.perf_counter() - started
+
+        def done(total: int) -> Callable[[], bool]:
+            def check() -> bool:
+                return int(client.get(counter) or 0) >= total
+            return check
+
+        def rows(total: int) -> Callable[[], bool]:
+            return lambda: count_rows(variant.table, variant.done_status) >= total
+
+        # Warm-up: every pool process imports, connects and runs a few messages.
+        publish(app, variant, warm_queue, warmup, WARMUP_BASE)
+        wait_for("the warm-up messages", done(warmup), 60, worker)
+        if variant.table:
+            wait_for("the warm-up rows", rows(warmup), 60, worker)
+
+        publish(app, variant, queue, n, SLOT_BASE)
+        queued = int(client.llen(queue))
+        if queued != n:
+            raise BenchError(f"expected {n} messages in {queue}, found {queued}")
+
+        consume_at = time.time()
+        replies = app.control.add_consumer(
+            queue, exchange=queue, exchange_type="direct", routing_key=queue,
+            destination=[node], reply=True, timeout=5,
+        )
+        if not replies:
+            raise BenchError(f"the worker did not confirm consuming {queue}")
+        total = warmup + n
+        t1 = wait_for(f"{n} completions", done(total), max(120.0, n / 10), worker)
+        if variant.table:
+            t1 = wait_for(f"{n} rows in {variant.table}", rows(total), 60, worker, 0.005)
+        # The clock starts when the first of the N finished (the worker wrote the time):
+        # the worker's Redis poll only picks the new queue up when its current BRPOP on
+        # the warm-up queue returns (up to a second later), which must not be counted.
+        first = client.get(f"{counter}:first")
+        if first is None:
+            raise BenchError("the first timed message did not record its time")
+        t0 = float(first)
+        elapsed = t1 - t0
+        statuses = status_counts(variant.table) if variant.table else {}
+        if variant.table and statuses != {variant.done_status: total}:
+            raise BenchError(f"unexpected rows in {variant.table}: {statuses}")
+        left = int(client.llen(queue))
+        if left:
+            raise BenchError(f"{left} messages left in {queue}")
+        return {"variant": variant.key, "n": n, "seconds": elapsed, "rate": (n - 1) / elapsed,
+                "pickup_seconds": t0 - consume_at, "worker_ready_seconds": ready_s,
+                "rows": statuses}
+    except BaseException:
+        log(f"worker log ({worker.log_path}):\n{worker.tail()}")
+        raise
+    finally:
+        worker.stop()
+        client.delete(counter, f"{counter}:first", *queue_keys(queue), *queue_keys(warm_queue),
+                      *queue_keys(f"{node}.celery.pidbox"))
+
+
+# ------------------------------------------------------------------------------- main
+
+
+def versions() -> dict[str, str]:
+    import celery
+    import django
+    import django_celery_results
+    import kombu
+
+    return {"python": platform.python_version(), "django": django.get_version(),
+            "celery": celery.__version__, "kombu": kombu.__version__,
+            "django_celery_results": getattr(django_celery_results, "__version__", "?"),
+            "psycopg": psycopg.__version__, "redis_py": redis.__version__}
+
+
+def fmt_rate(value: float) -> str:
+    return f"{value:8.0f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--n", type=int, default=None, help="messages per run (default 2000)")
+    parser.add_argument("--repeat", type=int, default=None, help="runs per variant (default 3)")
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke test: N=200, 1 repeat (unless --n/--repeat say otherwise)")
+    parser.add_argument("--concurrency", type=int, default=2, help="pool processes (default 2)")
+    parser.add_argument("--warmup", type=int, default=20, help="warm-up messages per run")
+    parser.add_argument("--statement-runs", type=int, default=100,
+                        help="in-process tracked runs whose SQL is counted (default 100)")
+    parser.add_argument("--also-without-reuse", action="store_true",
+                        help="also run (ii) and (iii) without CELERY_DB_REUSE_MAX (not in the ratios)")
+    parser.add_argument("--json", type=Path, default=None,
+                        help="write the results here (default bench/results/overhead-<time>.json)")
+    args = parser.parse_args(argv)
+    n = args.n or (200 if args.quick else 2000)
+    if n < 2:
+        parser.error("--n must be at least 2")
+    repeat = args.repeat or (1 if args.quick else 3)
+
+    # A SIGTERM must still stop the workers: turn it into an exception.
+    def on_term(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, on_term)
+
+    redis_url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+    client = redis.Redis.from_url(redis_url)
+    client.ping()
+    db_name = ensure_database()
+    setup_django()
+
+    from django.conf import settings
+
+    from bench.celery_app import app
+
+    db = settings.DATABASES["default"]
+    reuse = app.conf.get("CELERY_DB_REUSE_MAX")
+    facts = server_facts()
+    started_at = dt.datetime.now(dt.UTC)
+    header = {
+        "date": started_at.strftime("%Y-%m-%d %H:%M UTC"),
+        "n": n, "repeat": repeat, "warmup": args.warmup, "pool": "prefork",
+        "concurrency": args.concurrency,
+        "prefetch_multiplier": app.conf.worker_prefetch_multiplier,
+        "CONN_MAX_AGE": db["CONN_MAX_AGE"], "CELERY_DB_REUSE_MAX": reuse,
+        "database": f"postgresql://{db['USER']}@{db['HOST']}:{db['PORT']}/{db_name}",
+        "broker": redis_url, "cpus": os.cpu_count(), "loadavg": os.getloadavg(),
+        "postgresql": facts, **versions(),
+    }
+    log(f"cron_celery overhead benchmark, {header['date']}")
+    log(f"  N={n} messages per run, {repeat} repeat(s), {args.warmup} warm-up messages first")
+    log(f"  worker: celery worker --pool prefork --concurrency {args.concurrency} "
+        f"(prefetch multiplier {header['prefetch_multiplier']}), one per run")
+    log(f"  database: {header['database']}  CONN_MAX_AGE={db['CONN_MAX_AGE']}  "
+        f"CELERY_DB_REUSE_MAX={reuse}")
+    log(f"  PostgreSQL {facts['server_version']} (synchronous_commit={facts['synchronous_commit']}, "
+        f"fsync={facts['fsync']}); broker {redis_url}")
+    log(f"  Python {header['python']}, Django {header['django']}, Celery {header['celery']}, "
+        f"django-celery-results {header['django_celery_results']}, psycopg {header['psycopg']}")
+    load1 = header["loadavg"][0]
+    log(f"  {header['cpus']} CPUs, load average {load1:.2f}"
+        + ("  (warning: the machine is busy; figures will be low and noisy)" if load1 > 0.7 else ""))
+
+    statements = count_statements(args.statement_runs)
+    tracked_sql, results_sql = statements["tracked"], statements["results"]
+    log("")
+    log(f"SQL per tracked run (in-process, {tracked_sql['runs']} runs of the task called "
+        f"directly): {tracked_sql['statements_per_run']:g} statements in "
+        f"{tracked_sql['transactions_per_run']:g} transactions")
+    log(f"  {tracked_sql['kinds_per_run']}")
+    log(f"  the process's first run also registers the job: {tracked_sql['first_run_statements']} "
+        f"statements {tracked_sql['first_run_kinds']}")
+    log(f"SQL per django-db result (in-process, {results_sql['writes']} writes): "
+        f"{results_sql['statements_per_task']:g} statements in "
+        f"{results_sql['transactions_per_task']:g} transactions  {results_sql['kinds_per_task']}")
+    log("")
+
+    variants = VARIANTS + (NO_REUSE_VARIANTS if args.also_without_reuse else ())
+    rates: dict[str, list[float]] = {v.key: [] for v in variants}
+    details: list[dict[str, Any]] = []
+    marks = [PREFIX, app.control.mailbox.oid]
+    try:
+        with tempfile.TemporaryDirectory(prefix="cron-celery-bench-") as tmp:
+            for rep in range(1, repeat + 1):
+                for variant in variants:
+                    result = run_once(app, client, variant, n=n, warmup=args.warmup,
+                                      concurrency=args.concurrency,
+                                      label=f"{variant.key}-{rep}", logdir=Path(tmp))
+                    result["repeat"] = rep
+                    details.append(result)
+                    rates[variant.key].append(result["rate"])
+                    log(f"run {rep}/{repeat} {variant.label:<32} {result['rate']:8.1f} tasks/s "
+                        f"({n - 1} in {result['seconds']:.3f}s after the first)")
+    finally:
+        sweep_redis(client, marks)
+        with contextlib.suppress(Exception):
+            clean_tables()
+
+    medians = {key: statistics.median(values) for key, values in rates.items()}
+    per_run_ratio_i = [t / b for t, b in zip(rates["tracked"], rates["bare"], strict=True)]
+    per_run_ratio_ii = [t / r for t, r in zip(rates["tracked"], rates["results"], strict=True)]
+    log("")
+    runs_header = "".join(f"   run {i}" for i in range(1, repeat + 1))
+    log(f"{'variant':<34}{runs_header}   median  (tasks/s)")
+    for variant in variants:
+        cells = "".join(fmt_rate(r) for r in rates[variant.key])
+        log(f"{variant.label:<34}{cells} {fmt_rate(medians[variant.key])}")
+    ratio_i = medians["tracked"] / medians["bare"]
+    ratio_ii = medians["tracked"] / medians["results"]
+    log("")
+    log(f"(iii)/(i)  = {ratio_i:.2f}   (median of per-repeat ratios "
+        f"{statistics.median(per_run_ratio_i):.2f})")
+    log(f"(iii)/(ii) = {ratio_ii:.2f}   (median of per-repeat ratios "
+        f"{statistics.median(per_run_ratio_ii):.2f})")
+    log(f"statements per tracked run: {tracked_sql['statements_per_run']:g} in "
+        f"{tracked_sql['transactions_per_run']:g} transactions "
+        f"(django-db result: {results_sql['statements_per_task']:g} in "
+        f"{results_sql['transactions_per_task']:g})")
+
+    out = args.json or ROOT / "bench" / "results" / f"overhead-{started_at:%Y%m%d-%H%M%S}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({
+        "settings": header, "statements": statements, "runs": details,
+        "medians": medians, "ratio_iii_i": ratio_i, "ratio_iii_ii": ratio_ii,
+    }, indent=2, default=str) + "\n", encoding="utf-8")
+    log(f"results written to {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt as interrupted:  # Ctrl-C or SIGTERM: workers already stopped
+        print(f"interrupted ({interrupted or 'Ctrl-C'})", file=sys.stderr)
+        sys.exit(130)
+    except BenchError as exc:
+        print(f"benchmark failed: {exc}", file=sys.stderr)
+        sys.exit(1)
