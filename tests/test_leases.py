@@ -64,7 +64,7 @@ def test_a_run_whose_execution_was_taken_over_is_cancelled_and_records_nothing()
 
     outcome = runs.execute(job, SLOT, body, trigger=Trigger.MANUAL)
     assert observed["cancelled_in_time"] is True
-    assert outcome.status == runs.FENCED
+    assert outcome.status == runs.FENCED and outcome.execution_id is not None
     row = CronExecution.objects.get(id=outcome.execution_id)
     assert (row.status, row.fence, row.message) == (Status.RUNNING, observed["new_fence"], "")
     assert leases.counters["fenced"] >= fenced_before + 2  # the heartbeat and the finish
