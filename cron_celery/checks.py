@@ -14,6 +14,7 @@ TAG = "cron_celery"
 def register() -> None:
     checks.register(check_settings, TAG)
     checks.register(check_connection_reuse, TAG)
+    checks.register(check_lock, TAG)
 
 
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
@@ -70,3 +71,44 @@ def check_connection_reuse(app_configs: Any = None, **kwargs: Any) -> list[check
         hint="Set CELERY_DB_REUSE_MAX = 1000 (see docs/configuration.md).",
         id="cron_celery.W001",
     )]
+
+
+def check_lock(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """Redlock needs 1 or at least 3 independent masters, and a TTL within the lease."""
+    try:
+        values = conf.load()
+    except TypeError:
+        return []  # reported by check_settings
+    lock = values.LOCK
+    errors: list[checks.CheckMessage] = []
+    if not isinstance(lock, dict):
+        return [checks.Error("CRON_CELERY['LOCK'] must be a dict with MASTERS and TTL.", id="cron_celery.E005")]
+    unknown = sorted(set(lock) - set(conf.LOCK_DEFAULTS))
+    if unknown:
+        errors.append(checks.Error(f"CRON_CELERY['LOCK'] has unknown keys {unknown}; use MASTERS and TTL.",
+                                   id="cron_celery.E005"))
+    masters = lock.get("MASTERS")
+    if masters is not None:
+        if isinstance(masters, str) or not all(
+            isinstance(url, str) and url.startswith(("redis://", "rediss://", "unix://")) for url in masters
+        ):
+            errors.append(checks.Error(
+                "CRON_CELERY['LOCK']['MASTERS'] must be a list of Redis URLs (redis://host:port/db).",
+                id="cron_celery.E005"))
+        elif len(masters) == 2:
+            errors.append(checks.Error(
+                "CRON_CELERY['LOCK']['MASTERS'] lists 2 Redis masters: a Redlock quorum of 2 out of 2 "
+                "stops as soon as either is down, so 2 is less available than 1.",
+                hint="Use 1 master, or 3 or more independent ones (an odd number).",
+                id="cron_celery.E006"))
+    ttl = lock.get("TTL")
+    if not isinstance(ttl, int | float) or isinstance(ttl, bool) or ttl < 1:
+        errors.append(checks.Error(f"CRON_CELERY['LOCK']['TTL'] must be a number of seconds >= 1, not {ttl!r}.",
+                                   id="cron_celery.E007"))
+    elif isinstance(values.LEASE_SECONDS, int) and ttl > values.LEASE_SECONDS:
+        errors.append(checks.Error(
+            f"CRON_CELERY['LOCK']['TTL'] ({ttl} s) is longer than LEASE_SECONDS ({values.LEASE_SECONDS} s): "
+            "a crashed worker's lock would outlive its database lease.",
+            hint="Keep the lock TTL at or below the lease; both are renewed every third of it.",
+            id="cron_celery.E007"))
+    return errors

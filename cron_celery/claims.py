@@ -184,13 +184,16 @@ def begin(
     worker: str = "",
     pid: int | None = None,
     lease_seconds: int = 60,
+    lock_busy: bool = False,
 ) -> Claim:
     """Claim the slot for this worker, record a skip, or recognise a duplicate delivery.
 
     With ``execution_id`` (a message from beat or ``--enqueue``) the existing row is
     claimed; without it a new execution (the next ``run_number``) is inserted.
+    ``lock_busy`` (another server holds the job's Redis lock) turns a claim that would
+    run into a ``LOCK_UNAVAILABLE`` skip; every other decision is still the database's.
     """
-    if not _needs_state(job, execution_id, force, rerun):
+    if not lock_busy and not _needs_state(job, execution_id, force, rerun):
         fast = _claim_new(job=job, job_id=job_id, slot=slot, execution_date=execution_date,
                           trigger=trigger, forced=force or rerun, celery_task_id=celery_task_id,
                           worker=worker, pid=pid, lease_seconds=lease_seconds)
@@ -210,7 +213,7 @@ def begin(
             "succeeded": False, "failed": False, "live": False, "stale": False,
             "job_live": False, "own_status": None, "own_live": False,
         }
-        if _needs_state(job, execution_id, force, rerun):
+        if lock_busy or _needs_state(job, execution_id, force, rerun):
             state = _slot_state(cursor, job_id, slot, execution_id or 0)
         if execution_id is not None:
             own = state["own_status"]
@@ -219,6 +222,8 @@ def begin(
             if own in S.terminal() or (own == S.RUNNING and state["own_live"]):
                 return Claim(outcome=DUPLICATE, execution_id=execution_id, status_seen=own)
         reason = _decide(job, state, paused=paused, force=force, rerun=rerun)
+        if not reason and lock_busy:
+            reason = models.SkipReason.LOCK_UNAVAILABLE
         if reason:
             return _record_skip(
                 cursor, job, job_id, slot, execution_date, trigger, execution_id, reason,
@@ -229,7 +234,7 @@ def begin(
                 f"""
                 UPDATE {EXE} SET status = 'RUNNING', fence = %(fence)s,
                     lease_until = now() + make_interval(secs => %(lease)s),
-                    started = coalesce(started, now()), ended = NULL,
+                    started = coalesce(started, clock_timestamp()), ended = NULL,
                     retry_count = retry_count + (CASE WHEN status = 'RUNNING' THEN 1 ELSE 0 END),
                     worker = %(worker)s, pid = %(pid)s,
                     celery_task_id = coalesce(nullif(%(task_id)s, ''), celery_task_id)
@@ -287,7 +292,7 @@ def _claim_new(
             SELECT %(job)s, %(code)s, %(name)s, %(slot)s, %(date)s,
                 coalesce((SELECT max(run_number) FROM {EXE}
                           WHERE job_id = %(job)s AND slot = %(slot)s), 0) + 1,
-                'RUNNING', %(trigger)s, '', %(forced)s, now(), now(), NULL, false, NULL,
+                'RUNNING', %(trigger)s, '', %(forced)s, now(), clock_timestamp(), NULL, false, NULL,
                 '', '', '', 0, %(task_id)s, %(worker)s, %(pid)s, j.fence,
                 now() + make_interval(secs => %(lease)s)
             FROM j
@@ -338,7 +343,7 @@ def _insert(
                 coalesce((SELECT max(run_number) FROM {EXE}
                           WHERE job_id = %(job)s AND slot = %(slot)s), 0) + 1,
                 %(status)s, %(trigger)s, %(reason)s, %(forced)s, now(),
-                CASE WHEN %(running)s THEN now() END, CASE WHEN %(finished)s THEN now() END,
+                CASE WHEN %(running)s THEN clock_timestamp() END, CASE WHEN %(finished)s THEN now() END,
                 %(finished)s, NULL, %(message)s, '', '', 0, %(task_id)s, %(worker)s, %(pid)s,
                 %(fence)s,
                 CASE WHEN %(running)s THEN now() + make_interval(secs => %(lease)s) END
@@ -465,7 +470,7 @@ def finish(
             f"""
             WITH j AS (SELECT id FROM {JOB} WHERE id = %(job)s FOR UPDATE),
             e AS (
-                UPDATE {EXE} SET status = %(status)s, ended = now(), completed = true,
+                UPDATE {EXE} SET status = %(status)s, ended = clock_timestamp(), completed = true,
                     success = %(ok)s, message = %(message)s, error_code = %(code)s,
                     traceback = %(tb)s, result = %(result)s::jsonb, lease_until = NULL
                 FROM j

@@ -15,6 +15,8 @@ from django.conf import settings as django_settings
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
+LOCK_DEFAULTS: dict[str, Any] = {"MASTERS": None, "TTL": 60}
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Settings:
@@ -36,6 +38,9 @@ class Settings:
     RESULT_MAX_CHARS: int = 100_000
     #: Import every installed app's ``tasks`` module at start-up to find jobs.
     AUTODISCOVER: bool = True
+    #: Redlock settings: ``MASTERS`` (Redis URLs; ``None`` = the Celery broker when it is
+    #: Redis) and ``TTL`` (seconds, renewed every third of it while a run lasts).
+    LOCK: dict[str, Any] = dataclasses.field(default_factory=lambda: dict(LOCK_DEFAULTS))
 
 
 FIELDS = {field.name: field for field in dataclasses.fields(Settings)}
@@ -55,6 +60,8 @@ def unknown_keys() -> list[str]:
 def load() -> Settings:
     """Parse ``CRON_CELERY``; unknown keys are ignored here and reported by ``checks``."""
     values = {key: value for key, value in raw().items() if key in FIELDS}
+    if isinstance(values.get("LOCK"), dict):
+        values["LOCK"] = {**LOCK_DEFAULTS, **values["LOCK"]}
     return Settings(**values)
 
 
@@ -92,3 +99,18 @@ def celery_db_reuse_max() -> int | None:
             "db_reuse_max"
         )
     return int(value) if value else None
+
+
+def celery_broker_url() -> str:
+    from celery import current_app
+
+    return str(current_app.conf.broker_url or getattr(django_settings, "CELERY_BROKER_URL", "") or "")
+
+
+def lock_masters() -> list[str]:
+    """Redis URLs of the Redlock masters: ``LOCK["MASTERS"]``, else the broker if it is Redis."""
+    configured = get().LOCK.get("MASTERS")
+    if configured:
+        return [str(url) for url in configured]
+    broker = celery_broker_url()
+    return [broker] if broker.startswith(("redis://", "rediss://")) else []

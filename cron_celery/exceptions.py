@@ -30,6 +30,14 @@ class InvalidSlot(CronCeleryError):
     """Cannot read {value!r} as a slot:"""
 
 
+class LockUnavailable(CronCeleryError):
+    """The lock {name!r} is held elsewhere; try again later (or pass blocking=True)."""
+
+
+class LockDegraded(CronCeleryError):
+    """The lock {name!r} cannot be taken: no quorum of its Redis masters answers (see LOCK MASTERS)."""
+
+
 class JobFailed(CronCeleryError):
     """The job reported a failure."""
 

@@ -16,7 +16,7 @@ import time
 
 from django.db import connection
 
-from cron_celery import claims
+from cron_celery import claims, locks
 
 logger = logging.getLogger(__name__)
 
@@ -28,6 +28,7 @@ class _Active:
     lease_seconds: int
     cancelled: threading.Event
     extra: dict[str, object]
+    lock: locks.JobLock | None = None
     due: float = 0.0
     confirmed: float = 0.0
 
@@ -37,21 +38,23 @@ _active: dict[int, _Active] = {}
 _wake = threading.Event()
 _thread: threading.Thread | None = None
 _thread_pid: int | None = None
-counters = {"fenced": 0, "heartbeat_errors": 0}
+counters = {"fenced": 0, "heartbeat_errors": 0, "lock_lost": 0}
 
 
 def track(
     execution_id: int, fence: int, lease_seconds: int, cancelled: threading.Event,
-    extra: dict[str, object],
+    extra: dict[str, object], lock: locks.JobLock | None = None,
 ) -> None:
-    """Start renewing this execution's lease until ``untrack`` is called."""
+    """Start renewing this execution's lease (and its job lock) until ``untrack``."""
     now = time.monotonic()
+    period = min(lease_seconds, lock.ttl if lock is not None else lease_seconds) / 3
     entry = _Active(execution_id=execution_id, fence=fence, lease_seconds=lease_seconds,
-                    cancelled=cancelled, extra=extra, due=now + lease_seconds / 3,
+                    cancelled=cancelled, extra=extra, lock=lock, due=now + period,
                     confirmed=now)
     with _lock:
         _active[execution_id] = entry
     _ensure_thread()
+    _wake.set()
 
 
 def untrack(execution_id: int) -> None:
@@ -71,7 +74,10 @@ def _ensure_thread() -> None:
 
 def _loop() -> None:
     while True:
-        _wake.wait(1.0)
+        with _lock:
+            next_due = min((entry.due for entry in _active.values()), default=None)
+        pause = 1.0 if next_due is None else min(1.0, max(0.02, next_due - time.monotonic()))
+        _wake.wait(pause)
         _wake.clear()
         try:
             _tick()
@@ -90,8 +96,24 @@ def _tick() -> None:
         connection.close_if_unusable_or_obsolete()
 
 
+def _period(entry: _Active) -> float:
+    ttl = entry.lock.ttl if entry.lock is not None else entry.lease_seconds
+    return min(entry.lease_seconds, ttl) / 3
+
+
 def renew(entry: _Active) -> None:
     now = time.monotonic()
+    if entry.lock is not None and not entry.cancelled.is_set():
+        try:
+            kept = entry.lock.extend()
+        except Exception:
+            logger.warning("job lock renewal failed", exc_info=True, extra=entry.extra)
+            kept = True  # the database lease below still decides
+        if not kept:
+            counters["lock_lost"] += 1
+            logger.warning("execution %s lost its job lock %s; asking the job to stop",
+                           entry.execution_id, entry.lock.name, extra=entry.extra)
+            entry.cancelled.set()
     try:
         held = claims.heartbeat(entry.execution_id, entry.fence, entry.lease_seconds)
     except Exception:
@@ -112,4 +134,4 @@ def renew(entry: _Active) -> None:
         untrack(entry.execution_id)
         return
     entry.confirmed = now
-    entry.due = now + entry.lease_seconds / 3
+    entry.due = now + _period(entry)

@@ -18,7 +18,7 @@ from typing import Any
 from celery.exceptions import SoftTimeLimitExceeded
 from django.db import DatabaseError
 
-from cron_celery import claims, conf, exceptions, leases, models, registry, schedules
+from cron_celery import claims, conf, exceptions, leases, locks, models, registry, schedules
 
 logger = logging.getLogger(__name__)
 S = models.Status
@@ -159,6 +159,20 @@ def call_job(func: Callable[..., Any], *args: Any) -> Any:
     return value
 
 
+def _begin(
+    job: registry.Job, slot: dt.datetime, execution_date: dt.date, **options: Any
+) -> claims.Claim:
+    for refresh in (False, True):
+        try:
+            return claims.begin(job=job, job_id=job_id(job, refresh=refresh), slot=slot,
+                                execution_date=execution_date, worker=HOSTNAME, pid=os.getpid(),
+                                **options)
+        except claims.JobRowMissing:  # a flushed database: recreate the row once
+            if refresh:
+                raise
+    raise AssertionError("unreachable")
+
+
 def execute(
     job: registry.Job,
     slot: dt.datetime,
@@ -176,20 +190,19 @@ def execute(
     lease = conf.settings.LEASE_SECONDS
     extra: dict[str, object] = {"job": job.code, "slot": schedules.iso(slot),
                                 "execution": execution_id}
-    claim = None
-    for refresh in (False, True):
-        try:
-            claim = claims.begin(
-                job=job, job_id=job_id(job, refresh=refresh), slot=slot,
-                execution_date=execution_date, trigger=trigger, execution_id=execution_id,
-                force=force, rerun=rerun, celery_task_id=celery_task_id, worker=HOSTNAME,
-                pid=os.getpid(), lease_seconds=lease,
-            )
-            break
-        except claims.JobRowMissing:  # a flushed database: recreate the row once
-            if refresh:
-                raise
-    assert claim is not None
+    job_lock = locks.for_job(job)
+    lock_state = job_lock.acquire(extra) if job_lock is not None else ""
+    try:
+        claim = _begin(job, slot, execution_date, trigger=trigger, execution_id=execution_id,
+                       force=force, rerun=rerun, celery_task_id=celery_task_id,
+                       lease_seconds=lease, lock_busy=lock_state == locks.BUSY)
+    except BaseException:
+        if job_lock is not None:
+            job_lock.release()
+        raise
+    if not claim.claimed and job_lock is not None:
+        job_lock.release()
+        job_lock = None
     extra["execution"] = claim.execution_id
     if claim.outcome == claims.DUPLICATE:
         logger.info("execution %s already %s; this delivery does nothing",
@@ -212,7 +225,8 @@ def execute(
         logger=logging.LoggerAdapter(logging.getLogger(f"cron_celery.jobs.{job.name}"), extra),
         cancelled=cancelled,
     )
-    leases.track(claim.execution_id, claim.fence, lease, cancelled, extra)
+    leases.track(claim.execution_id, claim.fence, lease, cancelled, extra,
+                 job_lock if lock_state == locks.HELD else None)
     error: BaseException | None = None
     trace = ""
     try:
@@ -235,6 +249,10 @@ def execute(
         logger.exception("could not record the outcome of execution %s", claim.execution_id,
                          extra=extra)
         raise
+    finally:
+        # Released only after the outcome is written, so nobody starts before it is.
+        if job_lock is not None:
+            job_lock.release()
     if not written:
         leases.counters["fenced"] += 1
         logger.warning("execution %s was fenced: its outcome (%s) is not recorded",

@@ -72,7 +72,14 @@ CELERY_TASK_DEFAULT_QUEUE = os.environ.setdefault(
 CELERY_DB_REUSE_MAX = 1000
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
-CRON_CELERY = {"LEASE_SECONDS": 60}
+# Worker subprocesses of fault tests get their lock masters and timings from the environment.
+CRON_CELERY = {
+    "LEASE_SECONDS": int(os.environ.get("CRON_TEST_LEASE_SECONDS", "60")),
+    "LOCK": {
+        "MASTERS": [url for url in os.environ.get("CRON_TEST_LOCK_MASTERS", "").split(",") if url] or None,
+        "TTL": float(os.environ.get("CRON_TEST_LOCK_TTL", "60")),
+    },
+}
 
 LOGGING = {
     "version": 1,

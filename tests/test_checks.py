@@ -39,3 +39,29 @@ def test_a_missing_connection_reuse_setting_is_a_warning(monkeypatch):
     monkeypatch.setitem(current_app.conf, "db_reuse_max", None)
     monkeypatch.setitem(current_app.conf, "CELERY_DB_REUSE_MAX", None)
     assert ids(checks.check_connection_reuse()) == ["cron_celery.W001"]
+
+
+@override_settings(CRON_CELERY={"LOCK": {"MASTERS": ["redis://a:6379/0", "redis://b:6379/0"]}})
+def test_two_lock_masters_are_refused():
+    (error,) = checks.check_lock()
+    assert error.id == "cron_celery.E006" and "2 Redis masters" in error.msg
+
+
+@override_settings(CRON_CELERY={"LOCK": {"MASTERS": "redis://a:6379/0", "TTL": 0}})
+def test_lock_masters_must_be_a_list_of_urls_and_ttl_positive():
+    assert ids(checks.check_lock()) == ["cron_celery.E005", "cron_celery.E007"]
+
+
+@override_settings(CRON_CELERY={"LEASE_SECONDS": 30, "LOCK": {"TTL": 60, "MASTER": []}})
+def test_a_lock_ttl_longer_than_the_lease_and_unknown_lock_keys_are_errors():
+    errors = checks.check_lock()
+    assert ids(errors) == ["cron_celery.E005", "cron_celery.E007"]
+    assert "longer than LEASE_SECONDS" in errors[1].msg
+
+
+THREE = ["redis://a:6379/0", "redis://b:6379/0", "redis://c:6379/0"]
+
+
+@override_settings(CRON_CELERY={"LOCK": {"MASTERS": THREE, "TTL": 30}})
+def test_three_masters_pass():
+    assert checks.check_lock() == []

@@ -69,3 +69,11 @@ def unicode_job(run: Run) -> str:
 def fast_always(run: Run) -> str:
     mark(run, "fast-always")
     return "ok"
+
+
+@cron_task(name="exclusive", code="T106", pattern="always", overlap="skip")
+def exclusive(run: Run) -> str:
+    """Overlap SKIP without a slot check: only the locks keep two runs apart."""
+    time.sleep(float(os.environ.get("CRON_TEST_SLEEP", "0.2")))
+    mark(run, "exclusive")
+    return f"pid={os.getpid()} fence={run.fence} cancelled={run.cancelled.is_set()}"
