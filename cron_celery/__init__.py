@@ -9,15 +9,19 @@ __version__ = "0.1.0"
 __all__ = [
     "ExecutionPattern",
     "JobFailed",
+    "LeaseLost",
+    "LockUnavailable",
     "Run",
     "TrackedTask",
     "__version__",
     "cron_task",
+    "lock",
     "register_task",
 ]
 
 if TYPE_CHECKING:
-    from cron_celery.exceptions import JobFailed
+    from cron_celery.exceptions import JobFailed, LeaseLost, LockUnavailable
+    from cron_celery.locks import lock
     from cron_celery.models import ExecutionPattern
     from cron_celery.runs import Run
     from cron_celery.tasks import TrackedTask, cron_task, register_task
@@ -25,6 +29,9 @@ if TYPE_CHECKING:
 _LAZY = {
     "ExecutionPattern": "cron_celery.models",
     "JobFailed": "cron_celery.exceptions",
+    "LeaseLost": "cron_celery.exceptions",
+    "LockUnavailable": "cron_celery.exceptions",
+    "lock": "cron_celery.locks",
     "Run": "cron_celery.runs",
     "TrackedTask": "cron_celery.tasks",
     "cron_task": "cron_celery.tasks",
