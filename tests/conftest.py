@@ -6,7 +6,8 @@ import itertools
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,16 @@ def marker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     path.touch()
     monkeypatch.setenv("CRON_TEST_MARKER", str(path))
     return path
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 60.0, what: str = "condition") -> None:
+    """Poll until ``predicate()`` is true; fail the test with ``what`` after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
 
 
 def marked(path: Path) -> list[str]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -13,7 +12,7 @@ from celery.contrib.testing.worker import start_worker
 from cron_celery import claims, models, runs, schedules, tasks
 from cron_celery.models import CronExecution, Status, Trigger
 from tests.celery_app import app
-from tests.conftest import marked
+from tests.conftest import marked, wait_for
 from tests.jobsapp import tasks as jobs
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -43,15 +42,6 @@ def signals_seen() -> Iterator[dict[str, list[str]]]:
     yield seen
     signals.task_success.disconnect(on_success)
     signals.task_failure.disconnect(on_failure)
-
-
-def wait_for(predicate, timeout=30.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def finished(**filters):

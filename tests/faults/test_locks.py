@@ -17,7 +17,7 @@ from django.test import override_settings
 from cron_celery import claims, locks, models, runs, schedules, tasks
 from cron_celery.models import CronExecution, SkipReason, Status, Trigger
 from tests.celery_app import app
-from tests.conftest import marked
+from tests.conftest import marked, wait_for
 from tests.jobsapp import tasks as jobs
 from tests.redis_servers import RedisServer
 from tests.workers import Worker
@@ -50,15 +50,6 @@ def spawn(workers: list[Worker], tmp_path: Path, urls: list[str], **env: str) ->
     worker = Worker(tmp_path, {**defaults, **env})
     workers.append(worker)
     return worker.start()
-
-
-def wait_for(predicate, timeout=60.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def slot(i: int) -> dt.datetime:
