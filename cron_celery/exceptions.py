@@ -26,6 +26,10 @@ class UnknownJob(CronCeleryError):
     """Unknown job {name!r}. Registered jobs: {known}. Run `manage.py list_cron_tasks` to see them."""
 
 
+class InvalidSchedule(CronCeleryError):
+    """Invalid schedule {value!r}:"""
+
+
 class InvalidSlot(CronCeleryError):
     """Cannot read {value!r} as a slot:"""
 

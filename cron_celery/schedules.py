@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import zoneinfo
 
@@ -68,3 +69,283 @@ def parse_slot(value: object, tz: zoneinfo.ZoneInfo) -> dt.datetime:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=tz)
     return moment.astimezone(UTC).replace(microsecond=0)
+
+
+# --- schedules: cron expressions and epoch-aligned intervals --------------------------------
+
+_FIELDS = (  # name, Celery parser bounds (max_, min_)
+    ("minute", 60, 0),
+    ("hour", 24, 0),
+    ("day_of_month", 31, 1),
+    ("month_of_year", 12, 1),
+    ("day_of_week", 7, 0),
+)
+_DAY_NAMES = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
+_SEARCH_DAYS = 366 * 8 + 2  # a cron that matches at all matches within 8 years (Feb 29)
+
+
+@dataclasses.dataclass(frozen=True)
+class Cron:
+    """A five-field cron schedule read in an IANA timezone (Celery's crontab semantics:
+    day of month AND day of week must both match; 0 or 'sun' is Sunday).
+
+    DST: a local time that does not exist (spring forward) fires once, at the first valid
+    instant after it; a local time that occurs twice (fall back) fires once, the first time.
+    """
+
+    minute: str = "*"
+    hour: str = "*"
+    day_of_month: str = "*"
+    month_of_year: str = "*"
+    day_of_week: str = "*"
+    timezone: str | None = None
+    label: str = dataclasses.field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        from celery.schedules import crontab_parser
+
+        for name, max_, min_ in _FIELDS:
+            text = str(getattr(self, name)).strip().lower()
+            object.__setattr__(self, name, text)
+            try:
+                values = crontab_parser(max_, min_).parse(text)
+            except (ValueError, KeyError, IndexError) as exc:
+                raise exceptions.InvalidSchedule(f"{name} {text!r}: {exc}", value=self.expression) from exc
+            if not values:
+                raise exceptions.InvalidSchedule(f"{name} {text!r} matches nothing", value=self.expression)
+            object.__setattr__(self, f"_{name}", frozenset(values))
+        if self.timezone is not None:
+            _zone(self.timezone)
+
+    @property
+    def expression(self) -> str:
+        """The canonical five-field cron string (what is stored and shown)."""
+        return " ".join(str(getattr(self, name)) for name, _, _ in _FIELDS)
+
+    @property
+    def tz(self) -> zoneinfo.ZoneInfo:
+        return _zone(self.timezone or "UTC")
+
+    def in_timezone(self, timezone: str) -> Cron:
+        return self if self.timezone else dataclasses.replace(self, timezone=timezone)
+
+    def _date_matches(self, day: dt.date) -> bool:
+        return (
+            day.day in self._day_of_month  # type: ignore[attr-defined]
+            and day.month in self._month_of_year  # type: ignore[attr-defined]
+            and (day.weekday() + 1) % 7 in self._day_of_week  # type: ignore[attr-defined]
+        )
+
+    def next_after(self, moment: dt.datetime) -> dt.datetime:
+        """The first slot strictly after ``moment`` (aware), in UTC."""
+        tz = self.tz
+        moment = moment.astimezone(UTC)
+        wall = moment.astimezone(tz).replace(tzinfo=None)
+        # Wall times this far before ``moment`` cannot be after it, whatever DST does.
+        floor = wall - dt.timedelta(hours=3)
+        start = wall.date() - dt.timedelta(days=1)
+        hours = sorted(self._hour)  # type: ignore[attr-defined]
+        minutes = sorted(self._minute)  # type: ignore[attr-defined]
+        for offset in range(_SEARCH_DAYS):
+            day = start + dt.timedelta(days=offset)
+            if not self._date_matches(day):
+                continue
+            for hour in hours:
+                for minute in minutes:
+                    if dt.datetime.combine(day, dt.time(hour, minute)) < floor:
+                        continue
+                    instant = resolve_local(day, hour, minute, tz)
+                    if instant > moment:
+                        return instant
+        raise exceptions.InvalidSchedule("it never fires", value=self.expression)
+
+    def __str__(self) -> str:
+        zone = self.timezone or "UTC"
+        if self.label:
+            return f"{self.label} ({zone})"
+        try:
+            from cron_descriptor import get_description  # type: ignore[import-untyped]
+
+            text = str(get_description(self.expression))
+        except Exception:  # any failure to describe falls back to the expression
+            text = f"cron {self.expression}"
+        return f"{text} ({zone})"
+
+
+@dataclasses.dataclass(frozen=True)
+class Interval:
+    """Every ``seconds`` seconds, aligned to the Unix epoch so that every beat agrees."""
+
+    seconds: int
+    timezone: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.seconds, int) or isinstance(self.seconds, bool) or self.seconds < 1:
+            raise exceptions.InvalidSchedule("an interval is a whole number of seconds >= 1", value=self.seconds)
+
+    @property
+    def expression(self) -> str:
+        return f"every {self.seconds}s"
+
+    def in_timezone(self, timezone: str) -> Interval:
+        return self if self.timezone else dataclasses.replace(self, timezone=timezone)
+
+    def next_after(self, moment: dt.datetime) -> dt.datetime:
+        epoch = int(moment.astimezone(UTC).timestamp())
+        return dt.datetime.fromtimestamp((epoch // self.seconds + 1) * self.seconds, tz=UTC)
+
+    def __str__(self) -> str:
+        for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+            if self.seconds % size == 0:
+                count = self.seconds // size
+                return f"every {unit}" if count == 1 else f"every {count} {unit}s"
+        return "every second" if self.seconds == 1 else f"every {self.seconds} seconds"
+
+
+Schedule = Cron | Interval
+
+
+def slots_between(
+    schedule: Schedule, after: dt.datetime, until: dt.datetime, limit: int = 100_000
+) -> list[dt.datetime]:
+    """Slots in ``(after, until]``, at most ``limit`` of them (the earliest)."""
+    found: list[dt.datetime] = []
+    moment = after
+    while len(found) < limit:
+        moment = schedule.next_after(moment)
+        if moment > until:
+            break
+        found.append(moment)
+    return found
+
+
+def resolve_local(day: dt.date, hour: int, minute: int, tz: zoneinfo.ZoneInfo) -> dt.datetime:
+    """The UTC instant of a local wall-clock time, by the DST rules of ``Cron``."""
+    naive = dt.datetime.combine(day, dt.time(hour, minute))
+    for step in range(24 * 60):
+        candidate = naive + dt.timedelta(minutes=step)
+        instant = candidate.replace(tzinfo=tz, fold=0).astimezone(UTC)
+        if instant.astimezone(tz).replace(tzinfo=None) == candidate:
+            return instant  # exists; fold=0 is the first of two occurrences
+    raise exceptions.InvalidSchedule(f"no valid local time after {naive} in {tz.key}", value=str(naive))
+
+
+def _zone(name: str) -> zoneinfo.ZoneInfo:
+    try:
+        return zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError) as exc:
+        raise exceptions.InvalidSchedule("unknown timezone (use an IANA name such as 'Europe/Amsterdam')",
+                                         value=name) from exc
+
+
+# --- builders that read like the sentence they mean ----------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Time:
+    """A time of day on the 24-hour clock; build it with ``at24(15)`` or ``at(3).pm()``."""
+
+    hour: int
+    minute: int = 0
+
+    def __post_init__(self) -> None:
+        if not (0 <= self.hour <= 23 and 0 <= self.minute <= 59):
+            raise ValueError(f"no such time of day: {self.hour:02d}:{self.minute:02d}")
+
+    def __str__(self) -> str:
+        half = "AM" if self.hour < 12 else "PM"
+        return f"{(self.hour % 12) or 12}:{self.minute:02d} {half}"
+
+
+@dataclasses.dataclass(frozen=True)
+class TwelveHourClock:
+    """``at(3)``: not a time yet — say ``.am()`` or ``.pm()``."""
+
+    hour: int
+    minute: int = 0
+
+    def __post_init__(self) -> None:
+        if not (1 <= self.hour <= 12 and 0 <= self.minute <= 59):
+            raise ValueError(f"at() takes a twelve-hour time (1-12), not {self.hour}:{self.minute:02d}; "
+                             "use at24() for the 24-hour clock")
+
+    def am(self) -> Time:
+        return Time(self.hour % 12, self.minute)
+
+    def pm(self) -> Time:
+        return Time(self.hour % 12 + 12, self.minute)
+
+
+def at(hour: int, minute: int = 0) -> TwelveHourClock:
+    return TwelveHourClock(hour, minute)
+
+
+def at24(hour: int, minute: int = 0) -> Time:
+    return Time(hour, minute)
+
+
+def _time(value: object, builder: str) -> Time:
+    if isinstance(value, TwelveHourClock):
+        raise TypeError(f"{builder}(at({value.hour})) is ambiguous: say at({value.hour}).am() or "
+                        f"at({value.hour}).pm(), or use at24()")
+    if not isinstance(value, Time):
+        raise TypeError(f"{builder}() needs a time such as at(3).pm() or at24(15), not {value!r}")
+    return value
+
+
+def daily(at: Time, *, timezone: str | None = None) -> Cron:
+    time_ = _time(at, "daily")
+    return Cron(str(time_.minute), str(time_.hour), timezone=timezone, label=f"daily at {time_}")
+
+
+def weekly(on: str, at: Time, *, timezone: str | None = None) -> Cron:
+    time_ = _time(at, "weekly")
+    days = [part.strip().lower()[:3] for part in on.split(",")]
+    if not days or any(day not in _DAY_NAMES for day in days):
+        raise ValueError(f"weekly(on=...) takes day names such as 'mon' or 'mon,thu', not {on!r}")
+    names = ", ".join(day.capitalize() for day in days)
+    return Cron(str(time_.minute), str(time_.hour), day_of_week=",".join(days), timezone=timezone,
+                label=f"weekly on {names} at {time_}")
+
+
+def monthly(day: int, at: Time, *, timezone: str | None = None) -> Cron:
+    time_ = _time(at, "monthly")
+    if not 1 <= day <= 31:
+        raise ValueError(f"monthly(day=...) takes 1-31, not {day}")
+    return Cron(str(time_.minute), str(time_.hour), str(day), timezone=timezone,
+                label=f"monthly on day {day} at {time_}")
+
+
+def every(*, seconds: int = 0, minutes: int = 0, hours: int = 0, days: int = 0) -> Interval:
+    total = seconds + 60 * minutes + 3600 * hours + 86400 * days
+    return Interval(total)
+
+
+def cron(expression: str, *, timezone: str | None = None) -> Cron:
+    """A schedule from a five-field cron string: ``cron("*/15 9-17 * * mon-fri")``."""
+    parts = expression.split()
+    if len(parts) != 5:
+        raise exceptions.InvalidSchedule("a cron expression has five fields: minute hour day month weekday",
+                                         value=expression)
+    minute, hour, day_of_month, month_of_year, day_of_week = parts
+    return Cron(minute, hour, day_of_month, month_of_year, day_of_week, timezone=timezone)
+
+
+def from_celery(value: object, timezone: str | None = None) -> Schedule:
+    """Accept our schedules, Celery's ``crontab(...)`` and ``timedelta`` intervals."""
+    from celery.schedules import crontab, schedule
+
+    if isinstance(value, Cron | Interval):
+        return value
+    if isinstance(value, crontab):
+        minute, hour, day_of_month, month_of_year, day_of_week = (
+            str(getattr(value, f"_orig_{name}")) for name, _, _ in _FIELDS)
+        return Cron(minute, hour, day_of_month, month_of_year, day_of_week, timezone=timezone)
+    if isinstance(value, dt.timedelta):
+        return Interval(int(value.total_seconds()), timezone)
+    if isinstance(value, schedule):
+        return Interval(int(getattr(value, "run_every").total_seconds()), timezone)  # noqa: B009
+    if isinstance(value, str):
+        return cron(value, timezone=timezone)
+    raise exceptions.InvalidSchedule("expected crontab(...), a cron string, every(...) or a timedelta",
+                                     value=repr(value))

@@ -1,0 +1,173 @@
+"""Schedules: builders, canonical cron strings, human sentences, and DST-correct slots."""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import zoneinfo
+
+import pytest
+from celery.schedules import crontab
+
+from cron_celery import exceptions
+from cron_celery.schedules import (
+    Cron,
+    Interval,
+    at,
+    at24,
+    cron,
+    daily,
+    every,
+    from_celery,
+    monthly,
+    slots_between,
+    weekly,
+)
+
+UTC = dt.UTC
+
+
+def utc(*args: int) -> dt.datetime:
+    return dt.datetime(*args, tzinfo=UTC)
+
+
+def hhmm(slots: list[dt.datetime]) -> list[str]:
+    return [s.strftime("%m-%d %H:%M") for s in slots]
+
+
+# --- builders -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    ("schedule", "expression", "sentence"),
+    [
+        (daily(at(3).pm()), "0 15 * * *", "daily at 3:00 PM (UTC)"),
+        (daily(at24(15)), "0 15 * * *", "daily at 3:00 PM (UTC)"),
+        (daily(at(12).am(), timezone="Europe/Amsterdam"), "0 0 * * *", "daily at 12:00 AM (Europe/Amsterdam)"),
+        (daily(at(12, 30).pm()), "30 12 * * *", "daily at 12:30 PM (UTC)"),
+        (weekly("mon", at(9).am()), "0 9 * * mon", "weekly on Mon at 9:00 AM (UTC)"),
+        (weekly("Mon,thu", at24(18, 5)), "5 18 * * mon,thu", "weekly on Mon, Thu at 6:05 PM (UTC)"),
+        (monthly(1, at24(6, 30)), "30 6 1 * *", "monthly on day 1 at 6:30 AM (UTC)"),
+    ],
+)
+def test_builders_normalise_to_cron_and_read_as_a_sentence(schedule, expression, sentence):
+    assert schedule.expression == expression and str(schedule) == sentence
+
+
+def test_intervals_read_as_a_sentence():
+    assert [str(every(minutes=15)), str(every(seconds=10)), str(every(hours=1)), str(every(seconds=90))] == [
+        "every 15 minutes", "every 10 seconds", "every hour", "every 90 seconds"]
+
+
+def test_a_twelve_hour_time_without_am_or_pm_is_refused():
+    with pytest.raises(TypeError, match=r"at\(3\).am\(\) or at\(3\).pm\(\)"):
+        daily(at(3))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="twelve-hour"):
+        at(15)
+    with pytest.raises(ValueError, match="no such time"):
+        at24(24)
+
+
+@pytest.mark.parametrize(
+    ("build", "fragment"),
+    [
+        (lambda: cron("61 * * * *"), "minute '61'"),
+        (lambda: cron("* * *"), "five fields"),
+        (lambda: cron("0 0 31 2 *"), "never fires"),
+        (lambda: Cron("0", "0", timezone="Mars/Base"), "unknown timezone"),
+        (lambda: Interval(0), "seconds >= 1"),
+        (lambda: weekly("someday", at24(1)), "day names"),
+    ],
+)
+def test_invalid_schedules_say_what_is_wrong(build, fragment):
+    with pytest.raises((exceptions.InvalidSchedule, ValueError), match=fragment):
+        schedule = build()
+        schedule.next_after(utc(2026, 1, 1))
+
+
+def test_celery_crontab_and_timedelta_are_accepted():
+    assert from_celery(crontab(minute=0, hour=1), "Europe/Amsterdam") == Cron("0", "1", timezone="Europe/Amsterdam")
+    assert from_celery(dt.timedelta(minutes=5)) == Interval(300)
+    assert from_celery("*/5 * * * *").expression == "*/5 * * * *"
+
+
+def test_day_of_week_follows_cron_numbering():
+    mondays = slots_between(cron("0 9 * * 1"), utc(2026, 11, 29), utc(2026, 12, 31))
+    assert {s.weekday() for s in mondays} == {0} and len(mondays) == 5
+
+
+def test_intervals_are_aligned_to_the_epoch_whatever_the_starting_point():
+    schedule = every(minutes=15)
+    assert schedule.next_after(utc(2026, 11, 29, 10, 7, 31)) == utc(2026, 11, 29, 10, 15)
+    assert schedule.next_after(utc(2026, 11, 29, 10, 15)) == utc(2026, 11, 29, 10, 30)
+    assert every(seconds=7).next_after(dt.datetime.fromtimestamp(700, UTC)) == dt.datetime.fromtimestamp(707, UTC)
+
+
+# --- DST: three zones, both transitions, daily / hourly / every 15 minutes ------------------
+
+AMS, NYC, LHI = "Europe/Amsterdam", "America/New_York", "Australia/Lord_Howe"
+
+
+@pytest.mark.parametrize(
+    ("zone", "expression", "after", "until", "expected"),
+    [
+        # Amsterdam, spring forward 2026-03-29 02:00 CET -> 03:00 CEST (01:00 UTC)
+        (AMS, "30 2 * * *", utc(2026, 3, 27, 12), utc(2026, 3, 31),
+         ["03-28 01:30", "03-29 01:00", "03-30 00:30"]),  # 02:30 does not exist: fires at 03:00
+        (AMS, "0 * * * *", utc(2026, 3, 28, 23, 30), utc(2026, 3, 29, 2, 30),
+         ["03-29 00:00", "03-29 01:00", "03-29 02:00"]),
+        (AMS, "*/15 * * * *", utc(2026, 3, 29, 0, 30), utc(2026, 3, 29, 1, 30),
+         ["03-29 00:45", "03-29 01:00", "03-29 01:15", "03-29 01:30"]),
+        # Amsterdam, fall back 2026-10-25 03:00 CEST -> 02:00 CET (01:00 UTC)
+        (AMS, "30 2 * * *", utc(2026, 10, 23, 12), utc(2026, 10, 27),
+         ["10-24 00:30", "10-25 00:30", "10-26 01:30"]),  # 02:30 twice: only the first
+        (AMS, "0 * * * *", utc(2026, 10, 24, 22, 30), utc(2026, 10, 25, 2, 30),
+         ["10-24 23:00", "10-25 00:00", "10-25 02:00"]),  # the repeated 02:00 does not fire again
+        (AMS, "*/15 * * * *", utc(2026, 10, 25, 0, 30), utc(2026, 10, 25, 2, 0),
+         ["10-25 00:45", "10-25 02:00"]),  # 02:00-02:45 CET already fired as CEST
+        # New York, spring forward 2026-03-08 02:00 EST -> 03:00 EDT (07:00 UTC)
+        (NYC, "30 2 * * *", utc(2026, 3, 7), utc(2026, 3, 10),
+         ["03-07 07:30", "03-08 07:00", "03-09 06:30"]),
+        (NYC, "0 * * * *", utc(2026, 3, 8, 5, 30), utc(2026, 3, 8, 8, 30),
+         ["03-08 06:00", "03-08 07:00", "03-08 08:00"]),
+        (NYC, "*/15 * * * *", utc(2026, 3, 8, 6, 30), utc(2026, 3, 8, 7, 30),
+         ["03-08 06:45", "03-08 07:00", "03-08 07:15", "03-08 07:30"]),
+        # New York, fall back 2026-11-01 02:00 EDT -> 01:00 EST (06:00 UTC)
+        (NYC, "30 1 * * *", utc(2026, 10, 31), utc(2026, 11, 3),
+         ["10-31 05:30", "11-01 05:30", "11-02 06:30"]),
+        (NYC, "0 * * * *", utc(2026, 11, 1, 4, 30), utc(2026, 11, 1, 7, 30),
+         ["11-01 05:00", "11-01 07:00"]),
+        (NYC, "*/15 * * * *", utc(2026, 11, 1, 5, 30), utc(2026, 11, 1, 7, 0),
+         ["11-01 05:45", "11-01 07:00"]),  # 01:00-01:45 EST already fired as EDT
+        # Lord Howe (half-hour shift), spring forward 2026-10-04 02:00 -> 02:30 (15:30 UTC, 10-03)
+        (LHI, "15 2 * * *", utc(2026, 10, 1), utc(2026, 10, 5, 12),
+         ["10-01 15:45", "10-02 15:45", "10-03 15:30", "10-04 15:15"]),
+        (LHI, "0 * * * *", utc(2026, 10, 3, 13), utc(2026, 10, 3, 17),
+         ["10-03 13:30", "10-03 14:30", "10-03 15:30", "10-03 16:00", "10-03 17:00"]),
+        (LHI, "*/15 * * * *", utc(2026, 10, 3, 15), utc(2026, 10, 3, 16),
+         ["10-03 15:15", "10-03 15:30", "10-03 15:45", "10-03 16:00"]),
+        # Lord Howe, fall back 2026-04-05 02:00 LHDT -> 01:30 LHST (15:00 UTC, 04-04)
+        (LHI, "45 1 * * *", utc(2026, 4, 3), utc(2026, 4, 6, 12),
+         ["04-03 14:45", "04-04 14:45", "04-05 15:15"]),
+        (LHI, "0 * * * *", utc(2026, 4, 4, 12), utc(2026, 4, 4, 17),
+         ["04-04 13:00", "04-04 14:00", "04-04 15:30", "04-04 16:30"]),
+        (LHI, "*/15 * * * *", utc(2026, 4, 4, 14), utc(2026, 4, 4, 15, 45),
+         ["04-04 14:15", "04-04 14:30", "04-04 14:45", "04-04 15:30", "04-04 15:45"]),
+    ],
+)
+def test_dst_transitions_fire_each_wall_clock_time_once(zone, expression, after, until, expected):
+    slots = slots_between(cron(expression, timezone=zone), after, until)
+    assert hhmm(slots) == expected
+    assert slots == sorted(set(slots))
+    tz = zoneinfo.ZoneInfo(zone)
+    walls = [s.astimezone(tz).replace(tzinfo=None) for s in slots]
+    assert len(walls) == len(set(walls))
+
+
+def test_a_whole_year_of_every_fifteen_minutes_has_no_duplicates_or_holes_outside_dst():
+    schedule = cron("*/15 * * * *", timezone=AMS)
+    slots = slots_between(schedule, utc(2026, 1, 1), utc(2027, 1, 1))
+    gaps = {b - a for a, b in itertools.pairwise(slots)}
+    # 15 minutes, except over the spring gap (exactly 15 min too: 01:45 CET -> 03:00 CEST)
+    # and the fall-back hour (one hour and a quarter of silence).
+    assert gaps == {dt.timedelta(minutes=15), dt.timedelta(minutes=75)}
+    assert len(slots) == 365 * 96 - 4
