@@ -27,8 +27,8 @@ from cron_celery.schedules import (
 UTC = dt.UTC
 
 
-def utc(*args: int) -> dt.datetime:
-    return dt.datetime(*args, tzinfo=UTC)
+def utc(year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0) -> dt.datetime:
+    return dt.datetime(year, month, day, hour, minute, second, tzinfo=UTC)
 
 
 def hhmm(slots: list[dt.datetime]) -> list[str]:
