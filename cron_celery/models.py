@@ -62,6 +62,12 @@ class ExecutionPattern(models.TextChoices):
     RATE_LIMITED = "rate_limited", "Rate limited"  # no slot check, but never two runs at once
 
 
+class CatchUp(models.TextChoices):
+    NONE = "none", "None"  # after scheduler downtime, record missed slots MISSED and wait
+    LATEST = "latest", "Latest"  # run the most recent missed slot; record the rest MISSED
+    ALL = "all", "All"  # run every missed slot (bounded per cycle)
+
+
 class Overlap(models.TextChoices):
     SKIP = "skip", "Skip"  # never run two executions of the job at once (default)
     ALLOW = "allow", "Allow"  # executions of different slots may run side by side

@@ -7,6 +7,7 @@ keeps the declarations and refuses two jobs with the same name or code.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import re
 import threading
 import zoneinfo
@@ -14,7 +15,7 @@ from typing import TypeVar
 
 from django.conf import settings as django_settings
 
-from cron_celery import conf, exceptions, models
+from cron_celery import conf, exceptions, models, schedules
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,99}$")
 CODE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,49}$")
@@ -31,10 +32,23 @@ class Job:
     overlap: models.Overlap
     timezone: str
     description: str = ""
+    schedule: schedules.Schedule | None = None
+    catch_up: models.CatchUp = models.CatchUp.LATEST
 
     @property
     def tzinfo(self) -> zoneinfo.ZoneInfo:
         return zoneinfo.ZoneInfo(self.timezone)
+
+    def first_slot_on(self, day: dt.date) -> dt.datetime | None:
+        """The job's first slot on a local date: its schedule's, or local midnight."""
+        midnight = schedules.slot_for_date(day, self.tzinfo)
+        if self.schedule is None:
+            return midnight
+        slot = self.schedule.next_after(midnight - dt.timedelta(seconds=1))
+        return slot if schedules.execution_date(slot, self.tzinfo) == day else None
+
+    def next_slot(self, after: dt.datetime) -> dt.datetime | None:
+        return self.schedule.next_after(after) if self.schedule is not None else None
 
 
 _lock = threading.RLock()
@@ -43,7 +57,7 @@ _by_code: dict[str, Job] = {}
 _discovered = False
 
 
-E = TypeVar("E", models.ExecutionPattern, models.Overlap)
+E = TypeVar("E", models.ExecutionPattern, models.Overlap, models.CatchUp)
 
 
 def _choice(enum: type[E], value: object, job: str, what: str) -> E:
@@ -68,6 +82,8 @@ def declare(
     overlap: object = None,
     timezone: str | None = None,
     description: str = "",
+    schedule: object = None,
+    catch_up: object = None,
 ) -> Job:
     """Validate a declaration and build its ``Job``; raises ``ImproperlyDeclared``."""
     if not isinstance(name, str) or not NAME_RE.match(name):
@@ -87,7 +103,16 @@ def declare(
         raise exceptions.ImproperlyDeclared(
             f"unknown timezone {tz!r} (use an IANA name such as 'Europe/Amsterdam').", job=name
         ) from exc
+    parsed: schedules.Schedule | None = None
+    if schedule is not None:
+        try:
+            parsed = schedules.from_celery(schedule).in_timezone(tz)
+            parsed.next_after(dt.datetime(2000, 1, 1, tzinfo=dt.UTC))  # it must fire at all
+        except (exceptions.InvalidSchedule, ValueError) as exc:
+            raise exceptions.ImproperlyDeclared(f"its schedule is invalid: {exc}", job=name) from exc
     return Job(
+        schedule=parsed,
+        catch_up=_choice(models.CatchUp, catch_up if catch_up is not None else "latest", name, "catch_up"),
         name=name,
         code=code,
         task_name=task_name,

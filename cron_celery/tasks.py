@@ -105,6 +105,8 @@ def cron_task(
     timezone: str | None = None,
     description: str = "",
     task_name: str | None = None,
+    schedule: object = None,
+    catch_up: object = None,
     **celery_options: Any,
 ) -> Any:
     """Declare a job from a function that takes a ``Run``::
@@ -125,6 +127,7 @@ def cron_task(
         job = registry.register(registry.declare(
             name=job_name, code=code, task_name=tname, pattern=pattern, overlap=overlap,
             timezone=timezone, description=description or (fn.__doc__ or "").strip(),
+            schedule=schedule, catch_up=catch_up,
         ))
         return shared_task(name=tname, base=TrackedTask, job=job, **celery_options)(fn)  # type: ignore[no-untyped-call]
 
@@ -142,6 +145,8 @@ def register_task(
     overlap: object = None,
     timezone: str | None = None,
     description: str = "",
+    schedule: object = None,
+    catch_up: object = None,
     **celery_options: Any,
 ) -> Callable[[type[TrackedTask]], Any]:
     """Declare a job in the class style: a ``TrackedTask`` subclass with ``execute(date)``."""
@@ -156,6 +161,7 @@ def register_task(
             name=name, code=code, task_name=tname, pattern=execution_pattern or pattern,
             overlap=overlap, timezone=timezone,
             description=description or (cls.__doc__ or "").strip(),
+            schedule=schedule, catch_up=catch_up,
         ))
 
         def entry(self: TrackedTask, run: runs.Run, *args: Any, **kwargs: Any) -> Any:

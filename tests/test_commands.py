@@ -87,11 +87,23 @@ def test_list_cron_tasks_shows_policies_and_the_last_execution():
     result = manage("list_cron_tasks")
     assert result.returncode == 0
     lines = result.stdout.splitlines()
-    assert lines[0].split() == ["NAME", "CODE", "PATTERN", "OVERLAP", "TIMEZONE", "LAST", "SLOT", "LAST", "STATUS"]
+    assert lines[0].split() == ["NAME", "CODE", "SCHEDULE", "PATTERN", "OVERLAP", "TIMEZONE", "NEXT", "SLOT",
+                                "LAST", "SLOT", "LAST", "STATUS"]
     row = next(line for line in lines if line.startswith("calc-commission"))
-    assert row.split()[1:5] == ["A001", "rerun_on_failure", "skip", "UTC"]
+    assert row.split()[1:7] == ["A001", "-", "rerun_on_failure", "skip", "UTC", "-"]
     assert row.split()[-1] == "SUCCEEDED"
     assert next(line for line in lines if line.startswith("boom")).endswith("never run")
+    nightly = next(line for line in lines if line.startswith("nightly-report")).split()
+    assert nightly[2:7] == ["0", "2", "*", "*", "*"] and nightly[9] == "Europe/Amsterdam"
+
+
+def test_a_date_runs_the_scheduled_slot_of_that_day_in_the_jobs_timezone():
+    result = manage("run_cron_task", "nightly-report", "2026-11-29")
+    assert result.returncode == 0, result.stderr
+    row = CronExecution.objects.get(task_name="nightly-report")
+    # 02:00 in Amsterdam (CET, UTC+1) is 01:00 UTC; the execution date is the local date.
+    assert (row.slot, row.execution_date) == (dt.datetime(2026, 11, 29, 1, tzinfo=dt.UTC), dt.date(2026, 11, 29))
+    assert row.message == "report for 2026-11-29 at 01:00Z"
 
 
 def test_an_enqueue_that_cannot_reach_the_broker_fails_cleanly_and_frees_the_slot():

@@ -113,3 +113,34 @@ def test_a_duplicate_stops_django_start_up(tmp_path):
     )
     assert result.returncode != 0
     assert "Two jobs share the code 'DUP'" in result.stderr
+
+
+def test_a_schedule_is_normalised_in_the_jobs_timezone():
+    from celery.schedules import crontab
+
+    from cron_celery import models, schedules
+
+    job = registry.declare(name="s", code="S1", task_name="x", timezone="Europe/Amsterdam",
+                           schedule=crontab(minute=0, hour=1), catch_up="none")
+    assert job.schedule == schedules.Cron("0", "1", timezone="Europe/Amsterdam")
+    assert job.catch_up is models.CatchUp.NONE
+    import datetime as dt
+
+    assert job.first_slot_on(dt.date(2026, 7, 1)) == dt.datetime(2026, 6, 30, 23, 0, tzinfo=dt.UTC)
+    every = registry.declare(name="e", code="E1", task_name="y", schedule=schedules.every(hours=2))
+    assert every.next_slot(dt.datetime(2026, 7, 1, 1, tzinfo=dt.UTC)) == dt.datetime(2026, 7, 1, 2, tzinfo=dt.UTC)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "fragment"),
+    [
+        ({"schedule": "61 * * * *"}, "schedule is invalid"),
+        ({"schedule": "0 0 31 2 *"}, "never fires"),
+        ({"schedule": 42}, "schedule is invalid"),
+        ({"catch_up": "sometimes"}, "catch_up must be one of"),
+    ],
+)
+def test_an_invalid_schedule_or_catch_up_names_the_job(kwargs, fragment):
+    with pytest.raises(exceptions.ImproperlyDeclared, match=fragment) as info:
+        registry.declare(name="bad-sched", code="BS1", task_name="x", **kwargs)
+    assert "'bad-sched'" in str(info.value)

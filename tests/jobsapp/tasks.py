@@ -8,6 +8,7 @@ import os
 import time
 
 from cron_celery import ExecutionPattern, JobFailed, Run, TrackedTask, cron_task, register_task
+from cron_celery.schedules import at, daily
 
 
 def mark(run: Run, label: str) -> None:
@@ -77,3 +78,9 @@ def exclusive(run: Run) -> str:
     time.sleep(float(os.environ.get("CRON_TEST_SLEEP", "0.2")))
     mark(run, "exclusive")
     return f"pid={os.getpid()} fence={run.fence} cancelled={run.cancelled.is_set()}"
+
+
+@cron_task(name="nightly-report", code="T107", schedule=daily(at(2).am()), timezone="Europe/Amsterdam",
+           catch_up="all")
+def nightly_report(run: Run) -> str:
+    return f"report for {run.execution_date} at {run.slot:%H:%M}Z"

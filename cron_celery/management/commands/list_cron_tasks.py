@@ -5,12 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.management.base import BaseCommand
+from django.utils import timezone
 
 from cron_celery import models, registry
 
 
 class Command(BaseCommand):
-    help = "List the registered cron jobs with their policies and last execution."
+    help = "List the registered cron jobs with their schedule, policies, next slot and last execution."
 
     def handle(self, *args: Any, **options: Any) -> None:
         jobs = registry.all_jobs()
@@ -25,12 +26,21 @@ class Command(BaseCommand):
             .distinct("task_name")
         ):
             last[found.task_name] = found
-        header = ("NAME", "CODE", "PATTERN", "OVERLAP", "TIMEZONE", "LAST SLOT", "LAST STATUS")
+        now = timezone.now()
+        header = ("NAME", "CODE", "SCHEDULE", "PATTERN", "OVERLAP", "TIMEZONE", "NEXT SLOT", "LAST SLOT",
+                  "LAST STATUS")
         rows = [header]
         for job in jobs:
             execution = last.get(job.name)
+            upcoming = job.next_slot(now)
             rows.append((
-                job.name, job.code, job.pattern.value, job.overlap.value, job.timezone,
+                job.name,
+                job.code,
+                job.schedule.expression if job.schedule else "-",
+                job.pattern.value,
+                job.overlap.value,
+                job.timezone,
+                f"{upcoming:%Y-%m-%d %H:%M}Z" if upcoming else "-",
                 f"{execution.slot:%Y-%m-%d %H:%M}Z" if execution else "-",
                 execution.status if execution else "never run",
             ))

@@ -80,10 +80,13 @@ class Command(BaseCommand):
                     f"--at falls on {schedules.execution_date(slot, job.tzinfo)} in "
                     f"{job.timezone}, not on {day}.", value=at)
             return slot
-        if day:
-            return schedules.slot_for_date(schedules.parse_date(day), job.tzinfo)
-        today = dt.datetime.now(job.tzinfo).date()
-        return schedules.slot_for_date(today, job.tzinfo)
+        date = schedules.parse_date(day) if day else dt.datetime.now(job.tzinfo).date()
+        first = job.first_slot_on(date)
+        if first is None:
+            raise exceptions.InvalidSlot(
+                f"job {job.name!r} has no slot on {date} ({job.schedule}); name one with --at.",
+                value=day or str(date))
+        return first
 
     def _enqueue(self, job: registry.Job, slot: dt.datetime, *, force: bool, rerun: bool) -> None:
         from celery import current_app
