@@ -12,9 +12,11 @@ import random
 
 from cron_celery import ExecutionPattern, Run, TrackedTask, cron_task, register_task
 from cron_celery.models import CronExecution, Status
+from cron_celery.schedules import at, daily
 
 
-@cron_task(name="daily-report", code="R001", pattern="standard", timezone="Europe/Amsterdam")
+@cron_task(name="daily-report", code="R001", pattern="standard", timezone="Europe/Amsterdam",
+           schedule=daily(at(6).am()))
 def daily_report(run: Run) -> dict[str, object]:
     """Builds the day's sales report (once per day: a second call for the day is skipped)."""
     rng = random.Random(run.execution_date.toordinal())  # the same figures for the same day
