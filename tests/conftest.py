@@ -21,12 +21,22 @@ _counter = itertools.count(1)
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _redis_is_up() -> None:
+def _redis_is_up() -> Iterator[None]:
     url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+    client = redis.Redis.from_url(url, socket_connect_timeout=3)
     try:
-        redis.Redis.from_url(url, socket_connect_timeout=3).ping()
+        client.ping()
     except redis.RedisError as exc:  # pragma: no cover - the point is to fail loudly
         pytest.fail(f"Redis at {url} is required for the test suite: {exc}")
+    yield
+    # Remove this session's own queue and its bindings (their names carry the session's
+    # unique queue name); nothing else in the machine's Redis is touched.
+    from django.conf import settings
+
+    queue = settings.CELERY_TASK_DEFAULT_QUEUE
+    keys = list(client.scan_iter(match=f"*{queue}*", count=1000))
+    if keys:
+        client.delete(*keys)
 
 
 def make_job(pattern: str = "standard", overlap: str = "skip", **extra: object) -> tuple[registry.Job, int]:
