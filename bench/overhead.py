@@ -37,7 +37,6 @@ import argparse
 import contextlib
 import dataclasses
 import datetime as dt
-import json
 import os
 import platform
 import re
@@ -61,6 +60,9 @@ from psycopg import sql
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script: make ``bench`` and ``cron_celery`` importable
     sys.path.insert(0, str(ROOT))
+
+from bench.common import BenchError, log, run, write_results  # noqa: E402
+
 os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
 
 TAG = uuid.uuid4().hex[:10]
@@ -99,14 +101,6 @@ NO_REUSE_VARIANTS = (
     Variant("tracked-noreuse", "(iii') (iii) without DB_REUSE_MAX", "bench.tracked_noop", "",
             "cron_celery_cronexecution", "SUCCEEDED", reuse=False),
 )
-
-
-class BenchError(RuntimeError):
-    pass
-
-
-def log(text: str) -> None:
-    print(text, flush=True)
 
 
 # --------------------------------------------------------------------------- database
@@ -648,22 +642,12 @@ def main(argv: list[str] | None = None) -> int:
         f"(django-db result: {results_sql['statements_per_task']:g} in "
         f"{results_sql['transactions_per_task']:g})")
 
-    out = args.json or ROOT / "bench" / "results" / f"overhead-{started_at:%Y%m%d-%H%M%S}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({
+    write_results("overhead", started_at, {
         "settings": header, "statements": statements, "runs": details,
         "medians": medians, "ratio_iii_i": ratio_i, "ratio_iii_ii": ratio_ii,
-    }, indent=2, default=str) + "\n", encoding="utf-8")
-    log(f"results written to {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
+    }, args.json)
     return 0
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except KeyboardInterrupt as interrupted:  # Ctrl-C or SIGTERM: workers already stopped
-        print(f"interrupted ({interrupted or 'Ctrl-C'})", file=sys.stderr)
-        sys.exit(130)
-    except BenchError as exc:
-        print(f"benchmark failed: {exc}", file=sys.stderr)
-        sys.exit(1)
+    run(main)

@@ -1,0 +1,515 @@
+"""What a job lock costs: one acquire + release, from the raw Redis commands up to cron_celery.
+
+Variants, each timed per iteration from building the lock object to the end of its release:
+
+  raw          ``SET key token NX PX ttl``, then a compare-and-delete Lua script (``GET`` =
+               token, then ``DEL``; sent with ``EVALSHA``) with redis-py, one master: the floor;
+  raw x3       the same against three masters one after the other (reference only);
+  redis-py     ``client.lock(name, timeout=ttl)``: ``acquire(blocking=False)``, ``release()``;
+  pottery      ``Redlock(key=..., masters=..., auto_release_time=ttl,
+               raise_on_redis_errors=True)``: ``acquire(blocking=False)``, ``release()``,
+               with one and with three masters;
+  cron_celery  ``cron_celery.locks.JobLock(code).acquire()`` and ``.release()``, with one and
+               with three masters, configured through ``settings.CRON_CELERY["LOCK"]``.
+
+Every iteration uses a key of its own, so no variant ever waits for another. The masters
+are ``redis-server`` processes started here on free ports (``--save "" --appendonly no``)
+and stopped in a ``finally``; the machine's own Redis is never contacted.
+
+Each repeat runs a warm-up per variant, then the timed iterations in chunks, the variants
+taking turns chunk by chunk (the order rotating each repeat) so that load from elsewhere on
+the machine falls on all of them alike. Reported: the median of the repeats' medians and of
+their 99th percentiles, the ratio of each median to the floor's, and cron_celery's median
+over pottery's with the same masters (target: at most 1.1).
+
+Usage, from the repository root::
+
+    ./.venv-dj52/bin/python bench/locks.py              # 2000 iterations, 200 warm-up, 3 repeats
+    ./.venv-dj52/bin/python bench/locks.py --quick      # 200 iterations, 20 warm-up, 1 repeat
+    ./.venv-dj52/bin/python bench/locks.py --profile    # also cProfile pottery vs cron_celery
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import cProfile
+import ctypes
+import dataclasses
+import datetime as dt
+import gc
+import io
+import os
+import platform
+import pstats
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import redis
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as a script: make ``cron_celery`` importable
+    sys.path.insert(0, str(ROOT))
+
+from bench.common import BenchError, log, run, write_results  # noqa: E402
+
+TTL = 60  # seconds, cron_celery's default LOCK["TTL"]
+TAG = uuid.uuid4().hex[:8]
+MACHINE_REDIS_PORT = 6379  # never started on, never contacted
+
+#: redis-py's own release script, and pottery's: compare the token, then delete.
+COMPARE_AND_DELETE = """
+if redis.call('get', KEYS[1]) == ARGV[1] then
+    return redis.call('del', KEYS[1])
+else
+    return 0
+end
+"""
+
+
+# ----------------------------------------------------------------------- redis servers
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGTERM it when this process dies (Linux), so that even a
+    SIGKILLed benchmark leaves no ``redis-server`` behind."""
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+class RedisServer:
+    """One throw-away ``redis-server`` on a free port, in a directory of its own."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.port = 0
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self, attempts: int = 5) -> RedisServer:
+        binary = shutil.which("redis-server") or "/usr/bin/redis-server"
+        for _ in range(attempts):
+            self.port = free_port()
+            if self.port == MACHINE_REDIS_PORT:
+                continue
+            workdir = self.workdir / f"redis-{self.port}"
+            workdir.mkdir(parents=True, exist_ok=True)
+            self.proc = subprocess.Popen(
+                [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                 "--appendonly", "no", "--dir", str(workdir), "--daemonize", "no"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+                preexec_fn=_die_with_parent if sys.platform == "linux" else None,  # noqa: PLW1509
+            )
+            if self._wait_ready():
+                return self
+            self.stop()  # the port was taken in between: try another
+        raise BenchError(f"could not start redis-server ({binary})")
+
+    def _wait_ready(self) -> bool:
+        client = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=1)
+        try:
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and self.proc is not None and self.proc.poll() is None:
+                try:
+                    pid = int(client.info("server")["process_id"])
+                except redis.RedisError:
+                    time.sleep(0.05)
+                    continue
+                # Answered: it must be the process started here, not someone else's server.
+                return pid == self.proc.pid
+            return False
+        finally:
+            client.close()
+
+    def version(self) -> str:
+        client = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=1)
+        try:
+            return str(client.info("server")["redis_version"])
+        finally:
+            client.close()
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+
+
+# ---------------------------------------------------------------------------- variants
+
+
+def _nothing() -> contextlib.AbstractContextManager[None]:
+    return contextlib.nullcontext()
+
+
+@dataclasses.dataclass
+class Variant:
+    """``one(i)`` is one acquire + release of the ``i``-th key. Clients are made once per
+    variant (no connects inside the timed chunks); ``active()`` is entered around each
+    chunk and ``close()`` is called at the end."""
+
+    key: str
+    label: str
+    masters: int
+    one: Callable[[int], None]
+    close: Callable[[], None]
+    active: Callable[[], contextlib.AbstractContextManager[None]] = _nothing
+    floor: bool = False
+    reference_only: bool = False  # shown, but no target depends on it
+
+
+def plain_client(url: str) -> redis.Redis:
+    return redis.Redis.from_url(url)
+
+
+def close_all(clients: Iterable[redis.Redis]) -> Callable[[], None]:
+    def close() -> None:
+        for client in clients:
+            client.close()
+
+    return close
+
+
+def raw_variant(key: str, label: str, urls: list[str], **options: Any) -> Variant:
+    clients = [plain_client(url) for url in urls]
+    release_script = clients[0].register_script(COMPARE_AND_DELETE)
+    ttl_ms = TTL * 1000
+    prefix = f"bench-locks:{TAG}:{key}"
+
+    def one(i: int) -> None:
+        name = f"{prefix}:{i}"
+        token = uuid.uuid4().hex
+        for client in clients:
+            if not client.set(name, token, nx=True, px=ttl_ms):
+                raise BenchError(f"raw SET NX on {name} did not acquire")
+        for client in clients:
+            if release_script(keys=[name], args=[token], client=client) != 1:
+                raise BenchError(f"raw release of {name} deleted nothing")
+
+    return Variant(key, label, len(urls), one, close_all(clients), **options)
+
+
+def redis_py_variant(key: str, label: str, url: str) -> Variant:
+    client = plain_client(url)
+    prefix = f"bench-locks:{TAG}:{key}"
+
+    def one(i: int) -> None:
+        lock = client.lock(f"{prefix}:{i}", timeout=TTL)
+        if not lock.acquire(blocking=False):
+            raise BenchError(f"redis-py lock {prefix}:{i} did not acquire")
+        lock.release()
+
+    return Variant(key, label, 1, one, client.close)
+
+
+def pottery_variant(key: str, label: str, urls: list[str]) -> Variant:
+    from pottery import Redlock
+
+    clients = frozenset(plain_client(url) for url in urls)
+    prefix = f"bench-locks:{TAG}:{key}"
+
+    def one(i: int) -> None:
+        lock = Redlock(key=f"{prefix}:{i}", masters=clients, auto_release_time=TTL,
+                       raise_on_redis_errors=True)
+        if not lock.acquire(blocking=False):
+            raise BenchError(f"pottery Redlock {prefix}:{i} did not acquire")
+        lock.release()
+
+    return Variant(key, label, len(urls), one, close_all(clients))
+
+
+def cron_celery_variant(key: str, label: str, urls: list[str]) -> Variant:
+    """``JobLock`` as a worker uses it: masters from ``CRON_CELERY["LOCK"]`` (switched with
+    ``override_settings`` around each chunk), clients shared by the process."""
+    from django.test import override_settings
+
+    from cron_celery import conf, locks
+
+    @contextlib.contextmanager
+    def active() -> Iterator[None]:
+        with override_settings(CRON_CELERY={"LOCK": {"MASTERS": urls, "TTL": TTL}}):
+            if conf.lock_masters() != urls:  # setting_changed must have reset conf's cache
+                raise BenchError(f"conf.lock_masters() returned {conf.lock_masters()}, not {urls}")
+            yield
+
+    prefix = f"bench-{TAG}-{key}"
+
+    def one(i: int) -> None:
+        lock = locks.JobLock(f"{prefix}-{i}")
+        state = lock.acquire()
+        if state != locks.HELD:
+            raise BenchError(f"JobLock {lock.name} acquire returned {state!r}")
+        lock.release()
+
+    return Variant(key, label, len(urls), one, lambda: None, active=active)
+
+
+def build_variants(urls: list[str]) -> list[Variant]:
+    one, three = urls[:1], urls[:3]
+    return [
+        raw_variant("raw", "raw SET NX PX + Lua compare-and-delete", one, floor=True),
+        raw_variant("raw3", "raw SET NX PX + Lua, 3 masters in turn", three, reference_only=True),
+        redis_py_variant("redis-py", "redis-py Lock (client.lock)", one[0]),
+        pottery_variant("pottery1", "pottery Redlock", one),
+        cron_celery_variant("cron1", "cron_celery JobLock", one),
+        pottery_variant("pottery3", "pottery Redlock", three),
+        cron_celery_variant("cron3", "cron_celery JobLock", three),
+    ]
+
+
+def close_variants(variants: list[Variant]) -> None:
+    """Close the benchmark's own clients, and cron_celery's (made for these masters)."""
+    for variant in variants:
+        variant.close()
+    from cron_celery import locks
+
+    with locks._clients_lock:
+        for client in locks._clients.values():
+            client.close()
+        locks._clients.clear()
+
+
+# ------------------------------------------------------------------------------ timing
+
+
+def p99(samples: list[float]) -> float:
+    return statistics.quantiles(samples, n=100, method="inclusive")[98]
+
+
+def run_chunk(variant: Variant, start: int, count: int) -> list[float]:
+    """``count`` timed iterations; microseconds each."""
+    clock = time.perf_counter_ns
+    one = variant.one
+    samples = []
+    with variant.active():
+        for i in range(start, start + count):
+            t0 = clock()
+            one(i)
+            samples.append((clock() - t0) / 1000)
+    return samples
+
+
+def run_repeat(variants: list[Variant], *, rep: int, iterations: int, warmup: int,
+               chunk: int) -> dict[str, list[float]]:
+    """One repeat: warm-up per variant, then the variants take turns, ``chunk`` at a time."""
+    shift = (rep - 1) % len(variants)
+    order = variants[shift:] + variants[:shift]
+    samples: dict[str, list[float]] = {v.key: [] for v in variants}
+    base = rep * 10_000_000  # keys never repeat across repeats
+    for variant in order:
+        run_chunk(variant, base, warmup)
+    done = 0
+    while done < iterations:
+        count = min(chunk, iterations - done)
+        for variant in order:
+            gc.collect()
+            samples[variant.key].extend(run_chunk(variant, base + warmup + done, count))
+        done += count
+    return samples
+
+
+def profile(variants: list[Variant], keys: tuple[str, ...], iterations: int, top: int) -> dict[str, str]:
+    """cProfile ``iterations`` of each named variant; returns the printed statistics."""
+    reports = {}
+    for variant in (v for v in variants if v.key in keys):
+        run_chunk(variant, 90_000_000, 50)
+        profiler = cProfile.Profile()
+        with variant.active():
+            profiler.enable()
+            for i in range(iterations):
+                variant.one(91_000_000 + i)
+            profiler.disable()
+        out = io.StringIO()
+        stats = pstats.Stats(profiler, stream=out).strip_dirs().sort_stats("cumulative")
+        stats.print_stats(top)
+        reports[variant.key] = out.getvalue()
+    return reports
+
+
+# -------------------------------------------------------------------------------- main
+
+
+def configure_django() -> None:
+    import django
+    from django.conf import settings
+
+    if not settings.configured:
+        settings.configure(
+            INSTALLED_APPS=[], USE_TZ=True, TIME_ZONE="UTC", SECRET_KEY="bench-only-not-secret",
+            # Replaced by override_settings for each cron_celery variant.
+            CRON_CELERY={"LOCK": {"MASTERS": [], "TTL": TTL}},
+            LOGGING_CONFIG=None,
+        )
+    django.setup()
+
+
+def versions() -> dict[str, str]:
+    from importlib import metadata
+
+    import django
+
+    return {"python": platform.python_version(), "django": django.get_version(),
+            "redis_py": redis.__version__, "pottery": metadata.version("pottery")}
+
+
+def fmt(value: float) -> str:
+    return f"{value:9.0f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--iterations", type=int, default=None,
+                        help="timed iterations per variant and repeat (default 2000)")
+    parser.add_argument("--warmup", type=int, default=None,
+                        help="warm-up iterations per variant and repeat (default 200)")
+    parser.add_argument("--repeat", type=int, default=None, help="repeats (default 3)")
+    parser.add_argument("--chunk", type=int, default=100,
+                        help="iterations a variant runs before the next takes its turn (default 100)")
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke test: 200 iterations, 20 warm-up, 1 repeat (unless given)")
+    parser.add_argument("--profile", action="store_true",
+                        help="also cProfile pottery and cron_celery (1 and 3 masters) and print the top")
+    parser.add_argument("--profile-iterations", type=int, default=2000)
+    parser.add_argument("--json", type=Path, default=None,
+                        help="write the results here (default bench/results/locks-<time>.json)")
+    args = parser.parse_args(argv)
+    iterations = args.iterations or (200 if args.quick else 2000)
+    warmup = args.warmup if args.warmup is not None else (20 if args.quick else 200)
+    repeat = args.repeat or (1 if args.quick else 3)
+    if iterations < 100:
+        parser.error("--iterations must be at least 100 (for a 99th percentile)")
+    if args.chunk < 1:
+        parser.error("--chunk must be at least 1")
+
+    def on_term(signum: int, frame: Any) -> None:  # a SIGTERM must still stop the servers
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, on_term)
+    configure_django()
+
+    started_at = dt.datetime.now(dt.UTC)
+    servers: list[RedisServer] = []
+    variants: list[Variant] = []
+    with tempfile.TemporaryDirectory(prefix="cron-celery-bench-locks-") as tmp:
+        try:
+            for _ in range(3):
+                servers.append(RedisServer(Path(tmp)).start())
+            urls = [server.url for server in servers]
+            header: dict[str, Any] = {
+                "date": started_at.strftime("%Y-%m-%d %H:%M UTC"),
+                "iterations": iterations, "warmup": warmup, "repeat": repeat, "chunk": args.chunk,
+                "ttl_seconds": TTL, "masters": urls, "redis_server": servers[0].version(),
+                "cpus": os.cpu_count(), "loadavg_start": os.getloadavg(), **versions(),
+            }
+            log(f"cron_celery lock benchmark, {header['date']}")
+            log(f"  {iterations} timed iterations per variant and repeat after {warmup} warm-up, "
+                f"{repeat} repeat(s), variants interleaved in chunks of {args.chunk}")
+            log(f"  masters: redis-server {header['redis_server']} x3 on 127.0.0.1 ports "
+                f"{', '.join(str(s.port) for s in servers)} (--save '' --appendonly no); "
+                f"TTL {TTL}s; a new key every iteration")
+            log(f"  Python {header['python']}, Django {header['django']}, redis-py "
+                f"{header['redis_py']}, pottery {header['pottery']}")
+            load1 = header["loadavg_start"][0]
+            log(f"  {header['cpus']} CPUs, load average {load1:.2f}"
+                + ("  (warning: the machine is busy; figures will be high and noisy)" if load1 > 0.7 else ""))
+            log("")
+
+            variants = build_variants(urls)
+            per_repeat: dict[str, list[dict[str, float]]] = {v.key: [] for v in variants}
+            header["loadavg_per_repeat"] = []
+            for rep in range(1, repeat + 1):
+                t0 = time.perf_counter()
+                samples = run_repeat(variants, rep=rep, iterations=iterations, warmup=warmup,
+                                     chunk=args.chunk)
+                for variant in variants:
+                    timed = samples[variant.key]
+                    per_repeat[variant.key].append({
+                        "median": statistics.median(timed), "p99": p99(timed),
+                        "mean": statistics.fmean(timed), "min": min(timed), "max": max(timed),
+                    })
+                header["loadavg_per_repeat"].append(os.getloadavg())
+                cells = "  ".join(f"{v.key} {per_repeat[v.key][-1]['median']:.0f}" for v in variants)
+                log(f"repeat {rep}/{repeat} ({time.perf_counter() - t0:.1f}s, load "
+                    f"{os.getloadavg()[0]:.2f}), medians in µs: {cells}")
+
+            reports = profile(variants, ("pottery1", "cron1", "pottery3", "cron3"),
+                              args.profile_iterations, 25) if args.profile else {}
+            header["loadavg_end"] = os.getloadavg()
+        finally:
+            with contextlib.suppress(Exception):
+                close_variants(variants)
+            for server in servers:
+                server.stop()
+
+    summary: dict[str, dict[str, Any]] = {
+        key: {"median_us": statistics.median(r["median"] for r in runs),
+              "p99_us": statistics.median(r["p99"] for r in runs)}
+        for key, runs in per_repeat.items()
+    }
+    floor = summary["raw"]["median_us"]
+    pairs = {"cron1": "pottery1", "cron3": "pottery3"}
+    for key, values in summary.items():
+        values["x_floor"] = values["median_us"] / floor
+        if key in pairs:
+            values["x_pottery"] = values["median_us"] / summary[pairs[key]]["median_us"]
+            values["x_pottery_per_repeat"] = [
+                mine["median"] / theirs["median"]
+                for mine, theirs in zip(per_repeat[key], per_repeat[pairs[key]], strict=True)
+            ]
+
+    log("")
+    log(f"{'variant':<48}{'masters':>8}{'median µs':>11}{'p99 µs':>9}{'x floor':>9}{'/ pottery':>11}")
+    for variant in variants:
+        values = summary[variant.key]
+        label = variant.label + (" (floor)" if variant.floor else "")
+        ratio = f"{values['x_pottery']:11.2f}" if "x_pottery" in values else ""
+        log(f"{label:<48}{variant.masters:>8}{values['median_us']:>11.0f}{values['p99_us']:>9.0f}"
+            f"{values['x_floor']:>9.2f}{ratio}")
+    log("")
+    target_met = all(summary[key]["x_pottery"] <= 1.1 for key in pairs)
+    for key in pairs:
+        per = ", ".join(f"{r:.2f}" for r in summary[key]["x_pottery_per_repeat"])
+        log(f"cron_celery / pottery, {key[-1]} master(s): {summary[key]['x_pottery']:.2f}  "
+            f"(per repeat: {per})")
+    log(f"target cron_celery <= 1.1 x pottery: {'met' if target_met else 'NOT met'}")
+    load_end = header["loadavg_end"][0]
+    log(f"load average at the end {load_end:.2f}")
+    for key, text in reports.items():
+        log(f"\ncProfile, {args.profile_iterations} iterations of {key} (cumulative):\n{text}")
+
+    write_results("locks", started_at, {
+        "settings": header,
+        "variants": {v.key: {"label": v.label, "masters": v.masters, "floor": v.floor,
+                             "reference_only": v.reference_only} for v in variants},
+        "per_repeat": per_repeat, "summary": summary, "target_met": target_met,
+    }, args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    run(main)
