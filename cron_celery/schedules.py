@@ -349,3 +349,54 @@ def from_celery(value: object, timezone: str | None = None) -> Schedule:
         return cron(value, timezone=timezone)
     raise exceptions.InvalidSchedule("expected crontab(...), a cron string, every(...) or a timedelta",
                                      value=repr(value))
+
+
+# --- catch-up after scheduler downtime -------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CatchUpPlan:
+    """What to do with the slots that fell due since a job was last dispatched."""
+
+    run: list[dt.datetime]  # slots to dispatch now (oldest first)
+    missed: list[dt.datetime]  # slots to record MISSED, never to run
+    next_run_at: dt.datetime  # the first slot still in the future
+    truncated: bool = False  # more slots were due than ``limit``: the rest wait for the next cycle
+
+
+def plan_catch_up(schedule: Schedule, due_since: dt.datetime, now: dt.datetime, policy: str,
+                  limit: int = 1000) -> CatchUpPlan:
+    """Split the slots in ``[due_since, now]`` by the catch-up policy.
+
+    ``due_since`` is the job's ``next_run_at``: the first slot not dispatched yet. A slot
+    dispatched within its grace (a minute, or half an interval) is on time and runs under
+    every policy. Overdue slots (the scheduler was down): ``none`` records them all MISSED,
+    ``latest`` runs the most recent and records the rest MISSED, ``all`` runs them all —
+    at most ``limit`` per cycle, the rest in later cycles (``truncated``).
+    """
+    due: list[dt.datetime] = []
+    slot = due_since
+    while slot <= now and len(due) < limit:
+        due.append(slot)
+        slot = schedule.next_after(slot)
+    truncated = slot <= now
+    if not due:
+        return CatchUpPlan(run=[], missed=[], next_run_at=due_since)
+    if policy == "all":
+        return CatchUpPlan(run=due, missed=[], next_run_at=slot, truncated=truncated)
+    if truncated:  # the rest is overdue too: look no further than the newest slot
+        while slot <= now:
+            due.append(slot)
+            slot = schedule.next_after(slot)
+    latest = due[-1]
+    on_time = latest >= now - _grace(schedule)
+    if policy == "none" and not on_time:
+        return CatchUpPlan(run=[], missed=due, next_run_at=slot)
+    return CatchUpPlan(run=[latest], missed=due[:-1], next_run_at=slot)
+
+
+def _grace(schedule: Schedule) -> dt.timedelta:
+    """How late a slot may be dispatched and still count as on time (policy ``none``)."""
+    if isinstance(schedule, Interval):
+        return dt.timedelta(seconds=min(60, max(1, schedule.seconds // 2)))
+    return dt.timedelta(seconds=60)

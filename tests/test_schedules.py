@@ -171,3 +171,60 @@ def test_a_whole_year_of_every_fifteen_minutes_has_no_duplicates_or_holes_outsid
     # and the fall-back hour (one hour and a quarter of silence).
     assert gaps == {dt.timedelta(minutes=15), dt.timedelta(minutes=75)}
     assert len(slots) == 365 * 96 - 4
+
+
+# --- catch-up ---------------------------------------------------------------------------
+
+from cron_celery.schedules import plan_catch_up  # noqa: E402
+
+HOURLY = cron("0 * * * *")
+
+
+def test_an_on_time_slot_runs_under_every_policy():
+    for policy in ("none", "latest", "all"):
+        plan = plan_catch_up(HOURLY, utc(2026, 11, 29, 10), utc(2026, 11, 29, 10, 0, 2), policy)
+        assert plan.run == [utc(2026, 11, 29, 10)] and plan.missed == []
+        assert plan.next_run_at == utc(2026, 11, 29, 11)
+
+
+def test_nothing_due_changes_nothing():
+    plan = plan_catch_up(HOURLY, utc(2026, 11, 29, 11), utc(2026, 11, 29, 10, 30), "latest")
+    assert (plan.run, plan.missed, plan.next_run_at) == ([], [], utc(2026, 11, 29, 11))
+
+
+@pytest.mark.parametrize(
+    ("policy", "run", "missed"),
+    [
+        ("none", [], ["06:00", "07:00", "08:00", "09:00", "10:00"]),
+        ("latest", ["10:00"], ["06:00", "07:00", "08:00", "09:00"]),
+        ("all", ["06:00", "07:00", "08:00", "09:00", "10:00"], []),
+    ],
+)
+def test_after_five_hours_down_each_policy_runs_and_misses_what_it_should(policy, run, missed):
+    plan = plan_catch_up(HOURLY, utc(2026, 11, 29, 6), utc(2026, 11, 29, 10, 20), policy)
+    assert [s.strftime("%H:%M") for s in plan.run] == run
+    assert [s.strftime("%H:%M") for s in plan.missed] == missed
+    assert plan.next_run_at == utc(2026, 11, 29, 11) and not plan.truncated
+
+
+def test_none_still_runs_the_current_slot_after_downtime_if_it_is_on_time():
+    plan = plan_catch_up(HOURLY, utc(2026, 11, 29, 6), utc(2026, 11, 29, 10, 0, 30), "none")
+    assert plan.run == [utc(2026, 11, 29, 10)] and len(plan.missed) == 4
+
+
+def test_all_is_bounded_per_cycle_and_continues_next_cycle():
+    minutely = every(minutes=1)
+    start, now = utc(2026, 11, 29, 0), utc(2026, 11, 29, 1, 0, 30)  # 61 slots due
+    first = plan_catch_up(minutely, start, now, "all", limit=25)
+    assert len(first.run) == 25 and first.truncated and first.next_run_at == utc(2026, 11, 29, 0, 25)
+    second = plan_catch_up(minutely, first.next_run_at, now, "all", limit=25)
+    third = plan_catch_up(minutely, second.next_run_at, now, "all", limit=25)
+    assert len(second.run) == 25 and len(third.run) == 11 and not third.truncated
+    assert first.run + second.run + third.run == slots_between(minutely, start - dt.timedelta(seconds=1), now)
+
+
+def test_latest_after_a_long_outage_looks_past_the_limit_for_the_newest_slot():
+    minutely = every(minutes=1)
+    plan = plan_catch_up(minutely, utc(2026, 11, 29, 0), utc(2026, 11, 29, 2, 0, 10), "latest", limit=10)
+    assert plan.run == [utc(2026, 11, 29, 2)] and len(plan.missed) == 120
+    assert plan.next_run_at == utc(2026, 11, 29, 2, 1)
