@@ -63,20 +63,21 @@ def ensure_job(job: registry.Job) -> int:
     A stale row that still holds the name under another code is renamed out of the way.
     """
     params = [job.name, job.code, job.task_name, job.pattern, job.overlap, job.timezone,
-              job.description]
+              job.description, job.catch_up]
     upsert = f"""
-        INSERT INTO {JOB} (name, code, task, pattern, overlap, timezone, description,
+        INSERT INTO {JOB} (name, code, task, pattern, overlap, timezone, description, catch_up,
                            paused, fence, consecutive_failures, last_status,
                            created_at, updated_at)
-        VALUES (%s, %s, %s, %s, %s, %s, %s, false, 0, 0, '', now(), now())
+        VALUES (%s, %s, %s, %s, %s, %s, %s, %s, false, 0, 0, '', now(), now())
         ON CONFLICT (code) DO UPDATE SET
             name = EXCLUDED.name, task = EXCLUDED.task, pattern = EXCLUDED.pattern,
             overlap = EXCLUDED.overlap, timezone = EXCLUDED.timezone,
-            description = EXCLUDED.description, updated_at = now()
+            description = EXCLUDED.description, catch_up = EXCLUDED.catch_up, updated_at = now()
         WHERE ({JOB}.name, {JOB}.task, {JOB}.pattern, {JOB}.overlap, {JOB}.timezone,
-               {JOB}.description)
+               {JOB}.description, {JOB}.catch_up)
           IS DISTINCT FROM (EXCLUDED.name, EXCLUDED.task, EXCLUDED.pattern,
-                            EXCLUDED.overlap, EXCLUDED.timezone, EXCLUDED.description)
+                            EXCLUDED.overlap, EXCLUDED.timezone, EXCLUDED.description,
+                            EXCLUDED.catch_up)
         RETURNING id
         """
     for attempt in range(3):
@@ -488,3 +489,83 @@ def finish(
              "id": execution_id, "fence": fence, "job": job_id},
         )
         return bool(cursor.rowcount == 1)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Dispatched:
+    """What ``dispatch`` wrote for one job: the PENDING executions to publish now."""
+
+    advanced: bool  # False: another scheduler advanced the job first; nothing was written
+    to_publish: list[tuple[int, dt.datetime]]  # (execution id, slot) of rows this call inserted
+    missed: int = 0  # MISSED rows this call inserted
+
+
+def dispatch(
+    *,
+    job: registry.Job,
+    job_id: int,
+    expected_next_run_at: dt.datetime | None,
+    next_run_at: dt.datetime,
+    run: list[dt.datetime],
+    missed: list[dt.datetime],
+    trigger: str = models.Trigger.BEAT,
+) -> Dispatched:
+    """Record a scheduler's decision for one job, once, however many schedulers decide.
+
+    In one transaction: advance ``next_run_at`` only if it still is what this scheduler saw
+    (a second beat with the same view changes nothing), then insert run 1 of each slot —
+    PENDING for the slots to run, MISSED for the others — with ``ON CONFLICT DO NOTHING``.
+    Only the rows this call inserted are returned for publishing: a slot is dispatched once.
+    """
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            UPDATE {JOB} SET next_run_at = %s
+            WHERE id = %s AND next_run_at IS NOT DISTINCT FROM %s
+            RETURNING id
+            """,
+            [next_run_at, job_id, expected_next_run_at],
+        )
+        if cursor.fetchone() is None:
+            return Dispatched(advanced=False, to_publish=[])
+        rows = [(slot, S.PENDING) for slot in run] + [(slot, S.MISSED) for slot in missed]
+        if not rows:
+            return Dispatched(advanced=True, to_publish=[])
+        tz = job.tzinfo
+        values = []
+        params: list[Any] = []
+        for slot, status in rows:
+            finished = status == S.MISSED
+            values.append("(%s, %s, %s, %s, %s, 1, %s, %s, '', false, now(), NULL, "
+                          "CASE WHEN %s THEN now() END, %s, NULL, %s, '', '', 0, '', '', NULL, NULL, NULL)")
+            params += [job_id, job.code, job.name, slot, slot.astimezone(tz).date(), status, trigger,
+                       finished, finished,
+                       "Missed: the scheduler did not dispatch this slot in time." if finished else ""]
+        cursor.execute(
+            f"""
+            INSERT INTO {EXE} ({INSERT_COLUMNS})
+            VALUES {", ".join(values)}
+            ON CONFLICT (job_id, slot, run_number) DO NOTHING
+            RETURNING id, slot, status
+            """,
+            params,
+        )
+        inserted = cursor.fetchall()
+    to_publish = sorted(((int(i), slot) for i, slot, status in inserted if status == S.PENDING),
+                        key=lambda row: row[1])
+    return Dispatched(advanced=True, to_publish=to_publish,
+                      missed=sum(1 for _, _, status in inserted if status == S.MISSED))
+
+
+def due_jobs(now: dt.datetime, limit: int = 1000) -> list[tuple[int, dt.datetime]]:
+    """(job id, next_run_at) of unpaused jobs whose next slot is due, through the index."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            SELECT id, next_run_at FROM {JOB}
+            WHERE next_run_at <= %s AND NOT paused
+            ORDER BY next_run_at LIMIT %s
+            """,
+            [now, limit],
+        )
+        return [(int(job_id), at) for job_id, at in cursor.fetchall()]

@@ -84,6 +84,10 @@ class CronJob(models.Model):
     timezone = models.CharField(max_length=64, default="UTC")
     description = models.TextField(blank=True)
     paused = models.BooleanField(default=False)
+    catch_up = models.CharField(max_length=10, choices=CatchUp.choices, default=CatchUp.LATEST)
+    next_run_at = models.DateTimeField(
+        null=True, blank=True, db_index=True, help_text="The first slot not dispatched yet (UTC)"
+    )
     fence = models.BigIntegerField(default=0, help_text="Grows with every claim of this job")
     consecutive_failures = models.IntegerField(default=0)
     last_status = models.CharField(max_length=20, choices=Status.choices, blank=True)

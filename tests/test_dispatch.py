@@ -1,0 +1,104 @@
+"""The scheduler's write: each slot dispatched once, however many schedulers decide."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+
+import pytest
+from django.db import connection
+
+from cron_celery import claims, schedules
+from cron_celery.models import CronExecution, CronJob, Status, Trigger
+from tests.conftest import make_job
+
+SLOT = dt.datetime(2026, 11, 29, 10, 0, tzinfo=dt.UTC)
+HOUR = dt.timedelta(hours=1)
+
+
+def set_next(job_id, when):
+    CronJob.objects.filter(id=job_id).update(next_run_at=when)
+
+
+@pytest.mark.django_db
+def test_dispatch_inserts_pending_and_missed_rows_and_advances_the_job():
+    job, job_id = make_job(catch_up="latest")
+    set_next(job_id, SLOT - 2 * HOUR)
+    plan = schedules.plan_catch_up(schedules.cron("0 * * * *"), SLOT - 2 * HOUR, SLOT + dt.timedelta(seconds=5),
+                                   "latest")
+    done = claims.dispatch(job=job, job_id=job_id, expected_next_run_at=SLOT - 2 * HOUR,
+                           next_run_at=plan.next_run_at, run=plan.run, missed=plan.missed)
+    assert done.advanced and done.missed == 2 and [slot for _, slot in done.to_publish] == [SLOT]
+    rows = {row.slot: row for row in CronExecution.objects.filter(job_id=job_id)}
+    assert rows[SLOT].status == Status.PENDING and rows[SLOT].trigger == Trigger.BEAT
+    assert rows[SLOT].completed is False and rows[SLOT].execution_date == SLOT.date()
+    for missed in (SLOT - 2 * HOUR, SLOT - HOUR):
+        assert (rows[missed].status, rows[missed].completed, rows[missed].success) == (Status.MISSED, True, None)
+    job_row = CronJob.objects.get(id=job_id)
+    assert job_row.next_run_at == SLOT + HOUR and job_row.catch_up == "latest"
+
+
+@pytest.mark.django_db
+def test_a_scheduler_with_a_stale_view_writes_nothing():
+    job, job_id = make_job()
+    set_next(job_id, SLOT)
+    first = claims.dispatch(job=job, job_id=job_id, expected_next_run_at=SLOT, next_run_at=SLOT + HOUR,
+                            run=[SLOT], missed=[])
+    second = claims.dispatch(job=job, job_id=job_id, expected_next_run_at=SLOT, next_run_at=SLOT + HOUR,
+                             run=[SLOT], missed=[])
+    assert first.advanced and len(first.to_publish) == 1
+    assert second == claims.Dispatched(advanced=False, to_publish=[])
+    assert CronExecution.objects.filter(job_id=job_id).count() == 1
+
+
+@pytest.mark.django_db
+def test_a_slot_that_already_has_a_row_is_not_published_again():
+    job, job_id = make_job()
+    claims.enqueue(job=job, job_id=job_id, slot=SLOT, execution_date=SLOT.date(), trigger=Trigger.ENQUEUE)
+    set_next(job_id, SLOT)
+    done = claims.dispatch(job=job, job_id=job_id, expected_next_run_at=SLOT, next_run_at=SLOT + HOUR,
+                           run=[SLOT], missed=[])
+    assert done.advanced and done.to_publish == []
+    assert CronJob.objects.get(id=job_id).next_run_at == SLOT + HOUR
+
+
+@pytest.mark.django_db
+def test_due_jobs_lists_only_unpaused_jobs_whose_slot_has_come():
+    (_, due), (_, later), (_, paused), (_, unscheduled) = (make_job() for _ in range(4))
+    set_next(due, SLOT)
+    set_next(later, SLOT + HOUR)
+    set_next(paused, SLOT - HOUR)
+    CronJob.objects.filter(id=paused).update(paused=True)
+    found = dict(claims.due_jobs(SLOT))
+    assert due in found and later not in found and paused not in found and unscheduled not in found
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_schedulers_dispatching_at_once_publish_each_slot_once():
+    job, job_id = make_job()
+    slots = [SLOT + i * HOUR for i in range(20)]
+    set_next(job_id, slots[0])
+    published: list[list[tuple[int, dt.datetime]]] = [[], []]
+    barrier = threading.Barrier(2)
+
+    def scheduler(index):
+        try:
+            barrier.wait()
+            for i, slot in enumerate(slots):
+                done = claims.dispatch(job=job, job_id=job_id, expected_next_run_at=slot,
+                                       next_run_at=slot + HOUR, run=[slot], missed=[])
+                published[index] += done.to_publish
+                if not done.advanced:
+                    # Lost the race for this slot: re-read like a real scheduler would.
+                    assert CronJob.objects.get(id=job_id).next_run_at >= slots[i] + HOUR
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=scheduler, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    all_published = sorted(published[0] + published[1], key=lambda row: row[1])
+    assert [slot for _, slot in all_published] == slots
+    assert CronExecution.objects.filter(job_id=job_id).count() == 20
