@@ -514,7 +514,8 @@ def dispatch(
 
     In one transaction: advance ``next_run_at`` only if it still is what this scheduler saw
     (a second beat with the same view changes nothing), then insert run 1 of each slot —
-    PENDING for the slots to run, MISSED for the others — with ``ON CONFLICT DO NOTHING``.
+    PENDING for the slots to run (trigger ``CATCH_UP`` for all but the newest), MISSED for
+    the others — with ``ON CONFLICT DO NOTHING``.
     Only the rows this call inserted are returned for publishing: a slot is dispatched once.
     """
     with transaction.atomic(), connection.cursor() as cursor:
@@ -528,6 +529,7 @@ def dispatch(
         )
         if cursor.fetchone() is None:
             return Dispatched(advanced=False, to_publish=[])
+        newest = max(run) if run else None
         rows = [(slot, S.PENDING) for slot in run] + [(slot, S.MISSED) for slot in missed]
         if not rows:
             return Dispatched(advanced=True, to_publish=[])
@@ -538,7 +540,9 @@ def dispatch(
             finished = status == S.MISSED
             values.append("(%s, %s, %s, %s, %s, 1, %s, %s, '', false, now(), NULL, "
                           "CASE WHEN %s THEN now() END, %s, NULL, %s, '', '', 0, '', '', NULL, NULL, NULL)")
-            params += [job_id, job.code, job.name, slot, slot.astimezone(tz).date(), status, trigger,
+            late = status == S.PENDING and newest is not None and slot < newest
+            params += [job_id, job.code, job.name, slot, slot.astimezone(tz).date(), status,
+                       models.Trigger.CATCH_UP if late else trigger,
                        finished, finished,
                        "Missed: the scheduler did not dispatch this slot in time." if finished else ""]
         cursor.execute(
@@ -569,3 +573,12 @@ def due_jobs(now: dt.datetime, limit: int = 1000) -> list[tuple[int, dt.datetime
             [now, limit],
         )
         return [(int(job_id), at) for job_id, at in cursor.fetchall()]
+
+
+def init_next_run_at(job_id: int, first_slot: dt.datetime) -> None:
+    """Give a job its first ``next_run_at`` (only when it has none)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {JOB} SET next_run_at = %s WHERE id = %s AND next_run_at IS NULL",
+            [first_slot, job_id],
+        )

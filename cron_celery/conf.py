@@ -38,6 +38,12 @@ class Settings:
     RESULT_MAX_CHARS: int = 100_000
     #: Import every installed app's ``tasks`` module at start-up to find jobs.
     AUTODISCOVER: bool = True
+    #: Seconds the beat leader's lease lasts; renewed three times per lease.
+    BEAT_LEASE_SECONDS: int = 30
+    #: Most due jobs one beat tick handles (the rest wait for the next tick).
+    BEAT_BATCH: int = 1000
+    #: Most overdue slots of one job run per cycle under catch-up ``all``.
+    CATCH_UP_LIMIT: int = 1000
     #: Redlock settings: ``MASTERS`` (Redis URLs; ``None`` = the Celery broker when it is
     #: Redis) and ``TTL`` (seconds, renewed every third of it while a run lasts).
     LOCK: dict[str, Any] = dataclasses.field(default_factory=lambda: dict(LOCK_DEFAULTS))

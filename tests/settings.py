@@ -75,6 +75,7 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Worker subprocesses of fault tests get their lock masters and timings from the environment.
 CRON_CELERY = {
     "LEASE_SECONDS": int(os.environ.get("CRON_TEST_LEASE_SECONDS", "60")),
+    "BEAT_LEASE_SECONDS": int(os.environ.get("CRON_TEST_BEAT_LEASE_SECONDS", "30")),
     "LOCK": {
         "MASTERS": [url for url in os.environ.get("CRON_TEST_LOCK_MASTERS", "").split(",") if url] or None,
         "TTL": float(os.environ.get("CRON_TEST_LOCK_TTL", "60")),

@@ -8,7 +8,7 @@ import os
 import time
 
 from cron_celery import ExecutionPattern, JobFailed, Run, TrackedTask, cron_task, register_task
-from cron_celery.schedules import at, daily
+from cron_celery.schedules import at, daily, every
 
 
 def mark(run: Run, label: str) -> None:
@@ -84,3 +84,16 @@ def exclusive(run: Run) -> str:
            catch_up="all")
 def nightly_report(run: Run) -> str:
     return f"report for {run.execution_date} at {run.slot:%H:%M}Z"
+
+
+@cron_task(name="tick-1s", code="T108", schedule=every(seconds=1), pattern="always", overlap="allow",
+           catch_up="all")
+def tick_1s(run: Run) -> str:
+    mark(run, "tick-1s")
+    return "tick"
+
+
+@cron_task(name="tick-2s", code="T109", schedule=every(seconds=2), pattern="standard", catch_up="all")
+def tick_2s(run: Run) -> str:
+    mark(run, "tick-2s")
+    return "tick"
