@@ -29,9 +29,10 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
         values = conf.load()
     except TypeError as exc:
         return [*errors, checks.Error(f"CRON_CELERY cannot be read: {exc}", id="cron_celery.E002")]
-    for key in ("LEASE_SECONDS", "MESSAGE_MAX_CHARS", "TRACEBACK_MAX_CHARS", "RESULT_MAX_CHARS"):
+    minimums = {"LEASE_SECONDS": 3, "BEAT_LEASE_SECONDS": 3, "BEAT_BATCH": 1, "CATCH_UP_LIMIT": 1,
+                "MESSAGE_MAX_CHARS": 100, "TRACEBACK_MAX_CHARS": 100, "RESULT_MAX_CHARS": 100}
+    for key, minimum in minimums.items():
         value = getattr(values, key)
-        minimum = 3 if key == "LEASE_SECONDS" else 100
         if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
             errors.append(checks.Error(
                 f"CRON_CELERY[{key!r}] must be an integer of at least {minimum}, not {value!r}.",
