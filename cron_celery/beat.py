@@ -88,7 +88,6 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.leadership = Leadership(float(conf.settings.BEAT_LEASE_SECONDS))
         self._jobs: dict[int, registry.Job] = {}
-        self._loaded_at = 0.0
         super().__init__(*args, **kwargs)
 
     def setup_schedule(self) -> None:
@@ -107,7 +106,6 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
             claims.init_next_run_at(job_id, job.schedule.next_after(now))
             jobs[job_id] = job
         self._jobs = jobs
-        self._loaded_at = time.monotonic()
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
         plain = super().tick(*args, **kwargs)
@@ -121,21 +119,18 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
 
     def dispatch_due(self) -> int:
         """One round: record and publish every due slot; returns how many were published."""
-        if time.monotonic() - self._loaded_at > 60:
-            self.load_jobs()
         now = timezone.now()
         published = 0
-        for job_id, next_run_at in claims.due_jobs(now, limit=conf.settings.BEAT_BATCH):
-            job = self._jobs.get(job_id)
-            if job is None or job.schedule is None:
-                continue  # not declared in this beat's code (or no schedule): not ours
+        due = claims.due_jobs(now, limit=conf.settings.BEAT_BATCH, among=list(self._jobs))
+        for job_id, next_run_at in due:
+            job = self._jobs[job_id]
+            assert job.schedule is not None  # only scheduled jobs are loaded
             plan = schedules.plan_catch_up(job.schedule, next_run_at, now, job.catch_up,
                                            limit=conf.settings.CATCH_UP_LIMIT)
             done = claims.dispatch(job=job, job_id=job_id, expected_next_run_at=next_run_at,
                                    next_run_at=plan.next_run_at, run=plan.run, missed=plan.missed)
-            newest = max(plan.run) if plan.run else None
             for execution_id, slot in done.to_publish:
-                published += self.publish(job, execution_id, slot, late=newest is not None and slot < newest)
+                published += self.publish(job, execution_id, slot, late=execution_id in done.catch_up_ids)
         return published
 
     def publish(self, job: registry.Job, execution_id: int, slot: Any, *, late: bool) -> int:

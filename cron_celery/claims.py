@@ -498,6 +498,7 @@ class Dispatched:
     advanced: bool  # False: another scheduler advanced the job first; nothing was written
     to_publish: list[tuple[int, dt.datetime]]  # (execution id, slot) of rows this call inserted
     missed: int = 0  # MISSED rows this call inserted
+    catch_up_ids: frozenset[int] = frozenset()  # those of ``to_publish`` that run late (CATCH_UP)
 
 
 def dispatch(
@@ -550,27 +551,35 @@ def dispatch(
             INSERT INTO {EXE} ({INSERT_COLUMNS})
             VALUES {", ".join(values)}
             ON CONFLICT (job_id, slot, run_number) DO NOTHING
-            RETURNING id, slot, status
+            RETURNING id, slot, status, trigger
             """,
             params,
         )
         inserted = cursor.fetchall()
-    to_publish = sorted(((int(i), slot) for i, slot, status in inserted if status == S.PENDING),
-                        key=lambda row: row[1])
-    return Dispatched(advanced=True, to_publish=to_publish,
-                      missed=sum(1 for _, _, status in inserted if status == S.MISSED))
+    pending = [row for row in inserted if row[2] == S.PENDING]
+    return Dispatched(
+        advanced=True,
+        to_publish=sorted(((int(i), slot) for i, slot, _, _ in pending), key=lambda row: row[1]),
+        missed=len(inserted) - len(pending),
+        catch_up_ids=frozenset(int(i) for i, _, _, trigger in pending if trigger == models.Trigger.CATCH_UP),
+    )
 
 
-def due_jobs(now: dt.datetime, limit: int = 1000) -> list[tuple[int, dt.datetime]]:
-    """(job id, next_run_at) of unpaused jobs whose next slot is due, through the index."""
+def due_jobs(
+    now: dt.datetime, limit: int = 1000, among: list[int] | None = None
+) -> list[tuple[int, dt.datetime]]:
+    """(job id, next_run_at) of unpaused jobs whose next slot is due, through the index;
+    ``among`` limits it to the jobs a scheduler knows (rows of jobs no longer in its code
+    must not crowd out the others)."""
+    only = "" if among is None else "AND id = ANY(%s)"
     with connection.cursor() as cursor:
         cursor.execute(
             f"""
             SELECT id, next_run_at FROM {JOB}
-            WHERE next_run_at <= %s AND NOT paused
+            WHERE next_run_at <= %s AND NOT paused {only}
             ORDER BY next_run_at LIMIT %s
             """,
-            [now, limit],
+            [now, limit] if among is None else [now, among, limit],
         )
         return [(int(job_id), at) for job_id, at in cursor.fetchall()]
 

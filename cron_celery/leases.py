@@ -47,10 +47,9 @@ def track(
 ) -> None:
     """Start renewing this execution's lease (and its job lock) until ``untrack``."""
     now = time.monotonic()
-    period = min(lease_seconds, lock.ttl if lock is not None else lease_seconds) / 3
     entry = _Active(execution_id=execution_id, fence=fence, lease_seconds=lease_seconds,
-                    cancelled=cancelled, extra=extra, lock=lock, due=now + period,
-                    confirmed=now)
+                    cancelled=cancelled, extra=extra, lock=lock, confirmed=now)
+    entry.due = now + _period(entry)
     with _lock:
         _active[execution_id] = entry
     _ensure_thread()

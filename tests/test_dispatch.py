@@ -102,3 +102,16 @@ def test_two_schedulers_dispatching_at_once_publish_each_slot_once():
     all_published = sorted(published[0] + published[1], key=lambda row: row[1])
     assert [slot for _, slot in all_published] == slots
     assert CronExecution.objects.filter(job_id=job_id).count() == 20
+
+
+@pytest.mark.django_db
+def test_due_jobs_can_be_limited_to_the_jobs_a_scheduler_knows_and_reports_catch_ups():
+    (job, known), (_, forgotten) = make_job(), make_job()
+    set_next(known, SLOT - HOUR)
+    set_next(forgotten, SLOT - 2 * HOUR)  # older, but no longer declared anywhere
+    assert claims.due_jobs(SLOT, limit=1, among=[known]) == [(known, SLOT - HOUR)]
+    done = claims.dispatch(job=job, job_id=known, expected_next_run_at=SLOT - HOUR, next_run_at=SLOT + HOUR,
+                           run=[SLOT - HOUR, SLOT], missed=[])
+    late = [execution_id for execution_id, slot in done.to_publish if slot == SLOT - HOUR]
+    assert done.catch_up_ids == frozenset(late)
+    assert CronExecution.objects.get(id=late[0]).trigger == Trigger.CATCH_UP
