@@ -17,8 +17,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import socket
+import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from celery import beat
@@ -31,6 +34,25 @@ from cron_celery import claims, conf, locks, models, registry, runs, schedules, 
 logger = logging.getLogger(__name__)
 
 LEADER_KEY = "cron_celery:beat-leader"
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Hold SIGTERM/SIGINT until the block ends.
+
+    Celery's beat turns SIGTERM into ``SystemExit`` wherever the main thread is; between the
+    commit of a PENDING row and its publish that would strand the row. The signal is
+    delivered as soon as the round is over.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = {signal.SIGTERM, signal.SIGINT}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 class Leadership:
@@ -112,7 +134,8 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
         if not self.leadership.check():
             return min(plain, self.tick_seconds)
         try:
-            self.dispatch_due()
+            with signals_deferred():
+                self.dispatch_due()
         except Exception:  # a failed round is retried next tick; beat must not die
             logger.exception("cron_celery beat: dispatch round failed")
         return min(plain, self.tick_seconds)
