@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import datetime as dt
+import re
 import zoneinfo
 
 from cron_celery import exceptions
@@ -114,6 +116,8 @@ class Cron:
             if not values:
                 raise exceptions.InvalidSchedule(f"{name} {text!r} matches nothing", value=self.expression)
             object.__setattr__(self, f"_{name}", frozenset(values))
+        object.__setattr__(self, "_hours", sorted(self._hour))  # type: ignore[attr-defined]
+        object.__setattr__(self, "_minutes", sorted(self._minute))  # type: ignore[attr-defined]
         if self.timezone is not None:
             _zone(self.timezone)
 
@@ -141,18 +145,25 @@ class Cron:
         tz = self.tz
         moment = moment.astimezone(UTC)
         wall = moment.astimezone(tz).replace(tzinfo=None)
-        # Wall times this far before ``moment`` cannot be after it, whatever DST does.
-        floor = wall - dt.timedelta(hours=3)
-        start = wall.date() - dt.timedelta(days=1)
-        hours = sorted(self._hour)  # type: ignore[attr-defined]
-        minutes = sorted(self._minute)  # type: ignore[attr-defined]
+        earlier = moment - dt.timedelta(hours=3)
+        if earlier.astimezone(tz).utcoffset() == moment.astimezone(tz).utcoffset():
+            # No clock change in the last three hours: a wall time not after ``wall`` is
+            # not after ``moment``.
+            floor, strict = wall, True
+        else:  # around a change, wall times up to three hours back may still be later
+            floor, strict = wall - dt.timedelta(hours=3), False
+        hours = self._hours  # type: ignore[attr-defined]
+        minutes = self._minutes  # type: ignore[attr-defined]
+        first_day = floor.date()
         for offset in range(_SEARCH_DAYS):
-            day = start + dt.timedelta(days=offset)
+            day = first_day + dt.timedelta(days=offset)
             if not self._date_matches(day):
                 continue
-            for hour in hours:
+            start_hour = bisect.bisect_left(hours, floor.hour) if offset == 0 else 0
+            for hour in hours[start_hour:]:
                 for minute in minutes:
-                    if dt.datetime.combine(day, dt.time(hour, minute)) < floor:
+                    local = dt.datetime.combine(day, dt.time(hour, minute))
+                    if local < floor or (strict and local == floor):
                         continue
                     instant = resolve_local(day, hour, minute, tz)
                     if instant > moment:
@@ -331,6 +342,14 @@ def cron(expression: str, *, timezone: str | None = None) -> Cron:
     return Cron(minute, hour, day_of_month, month_of_year, day_of_week, timezone=timezone)
 
 
+def parse_expression(expression: str, timezone: str | None = None) -> Schedule:
+    """The inverse of ``schedule.expression``: ``"0 15 * * *"`` or ``"every 900s"``."""
+    match = re.fullmatch(r"every (\d+)s", expression.strip())
+    if match:
+        return Interval(int(match.group(1)), timezone)
+    return cron(expression, timezone=timezone)
+
+
 def from_celery(value: object, timezone: str | None = None) -> Schedule:
     """Accept our schedules, Celery's ``crontab(...)`` and ``timedelta`` intervals."""
     from celery.schedules import crontab, schedule
@@ -362,6 +381,7 @@ class CatchUpPlan:
     missed: list[dt.datetime]  # slots to record MISSED, never to run
     next_run_at: dt.datetime  # the first slot still in the future
     truncated: bool = False  # more slots were due than ``limit``: the rest wait for the next cycle
+    unrecorded_before: dt.datetime | None = None  # older overdue slots were not recorded (long outage)
 
 
 def plan_catch_up(schedule: Schedule, due_since: dt.datetime, now: dt.datetime, policy: str,
@@ -372,7 +392,10 @@ def plan_catch_up(schedule: Schedule, due_since: dt.datetime, now: dt.datetime, 
     dispatched within its grace (a minute, or half an interval) is on time and runs under
     every policy. Overdue slots (the scheduler was down): ``none`` records them all MISSED,
     ``latest`` runs the most recent and records the rest MISSED, ``all`` runs them all —
-    at most ``limit`` per cycle, the rest in later cycles (``truncated``).
+    at most ``limit`` per cycle, the rest in later cycles (``truncated``). After an outage
+    longer than ``limit`` slots, ``none`` and ``latest`` record only the newest ``limit``
+    slots (``unrecorded_before`` says where the record starts), so a week down never
+    writes, or walks, a week of slots.
     """
     due: list[dt.datetime] = []
     slot = due_since
@@ -384,15 +407,33 @@ def plan_catch_up(schedule: Schedule, due_since: dt.datetime, now: dt.datetime, 
         return CatchUpPlan(run=[], missed=[], next_run_at=due_since)
     if policy == "all":
         return CatchUpPlan(run=due, missed=[], next_run_at=slot, truncated=truncated)
-    if truncated:  # the rest is overdue too: look no further than the newest slot
-        while slot <= now:
-            due.append(slot)
-            slot = schedule.next_after(slot)
+    unrecorded_before = None
+    if truncated:  # more is overdue: keep only the newest ``limit`` slots, found from ``now``
+        due = (due + _newest_slots(schedule, slot, now, limit))[-limit:]
+        unrecorded_before = due[0]
+        slot = schedule.next_after(due[-1])
     latest = due[-1]
     on_time = latest >= now - _grace(schedule)
     if policy == "none" and not on_time:
-        return CatchUpPlan(run=[], missed=due, next_run_at=slot)
-    return CatchUpPlan(run=[latest], missed=due[:-1], next_run_at=slot)
+        return CatchUpPlan(run=[], missed=due, next_run_at=slot, unrecorded_before=unrecorded_before)
+    return CatchUpPlan(run=[latest], missed=due[:-1], next_run_at=slot, unrecorded_before=unrecorded_before)
+
+
+def _newest_slots(schedule: Schedule, first: dt.datetime, now: dt.datetime, limit: int) -> list[dt.datetime]:
+    """The newest ``limit`` slots in ``[first, now]`` (``first`` is a slot), oldest first,
+    found without walking the whole range: look back from ``now`` over a doubling window."""
+    if isinstance(schedule, Interval):
+        step = dt.timedelta(seconds=schedule.seconds)
+        last = schedule.next_after(now) - step
+        start = max(first, last - step * (limit - 1))
+        return [start + step * i for i in range(int((last - start) / step) + 1)] if last >= start else []
+    window = dt.timedelta(hours=1)
+    while True:
+        start = max(first, now - window)
+        slots = slots_between(schedule, start - dt.timedelta(microseconds=1), now)
+        if len(slots) >= limit or start == first:
+            return slots[-limit:]
+        window *= 2
 
 
 def _grace(schedule: Schedule) -> dt.timedelta:

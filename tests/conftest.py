@@ -103,6 +103,8 @@ def _close_stray_connections(django_db_setup, django_db_blocker) -> Iterator[Non
     """Worker threads and the lease thread keep their own connections to the test database;
     end them before pytest-django drops it (only sessions on our own test database)."""
     yield
+    if not str(connection.settings_dict["NAME"]).startswith("test_"):
+        return  # no test touched the database: there is no test database to clean up
     with django_db_blocker.unblock(), connection.cursor() as cursor:
         cursor.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"

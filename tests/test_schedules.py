@@ -223,8 +223,29 @@ def test_all_is_bounded_per_cycle_and_continues_next_cycle():
     assert first.run + second.run + third.run == slots_between(minutely, start - dt.timedelta(seconds=1), now)
 
 
-def test_latest_after_a_long_outage_looks_past_the_limit_for_the_newest_slot():
-    minutely = every(minutes=1)
-    plan = plan_catch_up(minutely, utc(2026, 11, 29, 0), utc(2026, 11, 29, 2, 0, 10), "latest", limit=10)
-    assert plan.run == [utc(2026, 11, 29, 2)] and len(plan.missed) == 120
+@pytest.mark.parametrize("schedule", [every(minutes=1), cron("* * * * *")], ids=["interval", "cron"])
+def test_latest_after_a_long_outage_runs_the_newest_slot_and_records_only_the_newest_misses(schedule):
+    plan = plan_catch_up(schedule, utc(2026, 11, 29, 0), utc(2026, 11, 29, 2, 0, 10), "latest", limit=10)
+    assert plan.run == [utc(2026, 11, 29, 2)]
+    assert plan.missed == [utc(2026, 11, 29, 1, 51) + dt.timedelta(minutes=i) for i in range(9)]
+    assert plan.unrecorded_before == utc(2026, 11, 29, 1, 51)
     assert plan.next_run_at == utc(2026, 11, 29, 2, 1)
+
+
+@pytest.mark.parametrize("policy", ["none", "latest"])
+@pytest.mark.parametrize("schedule", [every(seconds=1), cron("* * * * *")], ids=["1s", "cron"])
+def test_a_week_down_writes_at_most_limit_rows(schedule, policy):
+    down_since = utc(2026, 11, 22, 0)
+    now = utc(2026, 11, 29, 0) + dt.timedelta(milliseconds=500)
+    plan = plan_catch_up(schedule, down_since, now, policy, limit=1000)
+    assert len(plan.run) + len(plan.missed) == 1000
+    assert plan.unrecorded_before is not None and plan.unrecorded_before > down_since
+    recorded = plan.missed + plan.run
+    assert recorded == sorted(recorded) and recorded[-1] == utc(2026, 11, 29, 0)
+    assert plan.next_run_at == schedule.next_after(utc(2026, 11, 29, 0))
+
+
+def test_an_outage_just_over_the_limit_keeps_the_record_contiguous():
+    plan = plan_catch_up(every(minutes=1), utc(2026, 11, 29, 0), utc(2026, 11, 29, 0, 12), "latest", limit=10)
+    assert plan.missed + plan.run == [utc(2026, 11, 29, 0, 3) + dt.timedelta(minutes=i) for i in range(10)]
+    assert plan.unrecorded_before == utc(2026, 11, 29, 0, 3)
