@@ -3,13 +3,15 @@
 Only the leader dispatches: it holds a Redlock lease (``BEAT_LEASE_SECONDS``, renewed three
 times per lease); a standby beat tries each tick and takes over once the lease expires; a
 beat that loses the lease stops dispatching at once. Leadership only saves work — the
-database write in ``claims.dispatch`` is what makes each slot dispatched once, even when
+database write in ``claims.dispatch_many`` is what makes each slot dispatched once, even when
 two beats both believe they lead.
 
-Each tick asks the database for the jobs that are due (``next_run_at <= now``, indexed),
-plans their slots by the catch-up policy, records them, and publishes only the executions
-this beat inserted. Plain Celery beat entries (``beat_schedule``) are run by Celery's own
-scheduler as usual, untracked.
+Each tick asks the database whether any job is due (``next_run_at <= now``, indexed) or
+was edited in the admin; if so it takes in the edits (``schedule_sync.apply_edits``),
+plans the due slots by each job's catch-up policy, records them for many jobs in one
+statement (``claims.dispatch_many``), and publishes only the executions it inserted.
+Other periodic tasks (made in the admin, or ``beat_schedule`` entries) are sent by
+django-celery-beat's ``DatabaseScheduler``, untracked, from the leader only.
 """
 
 from __future__ import annotations
@@ -21,15 +23,16 @@ import signal
 import socket
 import threading
 import time
+import zoneinfo
 from collections.abc import Iterator
 from typing import Any
 
-from celery import beat
 from django.utils import timezone
+from django_celery_beat.schedulers import DatabaseScheduler
 from pottery import Redlock
 from pottery.exceptions import ExtendUnlockedLock, QuorumIsImpossible, ReleaseUnlockedLock
 
-from cron_celery import claims, conf, locks, models, registry, runs, schedules, tasks
+from cron_celery import claims, conf, exceptions, locks, schedule_sync, schedules, tasks
 
 logger = logging.getLogger(__name__)
 
@@ -101,76 +104,105 @@ class Leadership:
         self._lock, self.leading = None, False
 
 
-class Scheduler(beat.Scheduler):  # type: ignore[misc]
-    """Celery beat scheduler for cron_celery jobs (and plain beat entries)."""
+class Scheduler(DatabaseScheduler):  # type: ignore[misc]
+    """Celery beat scheduler for cron_celery jobs.
+
+    Periodic tasks that are not cron jobs (made in the admin, or ``beat_schedule``
+    entries) are left to django-celery-beat's ``DatabaseScheduler``, untracked — but only
+    the leader sends them, so two beats do not send them twice either.
+    """
 
     #: Longest sleep between ticks, in seconds.
     tick_seconds = 1.0
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.leadership = Leadership(float(conf.settings.BEAT_LEASE_SECONDS))
-        self._jobs: dict[int, registry.Job] = {}
+        self._schedules: dict[tuple[str, str], schedules.Schedule] = {}
         super().__init__(*args, **kwargs)
 
     def setup_schedule(self) -> None:
+        report = schedule_sync.sync()
+        logger.info("cron_celery: schedules synced: %s", report)
         super().setup_schedule()
-        self.load_jobs()
 
-    def load_jobs(self) -> None:
-        """Make sure every scheduled job has its row and a first ``next_run_at``."""
-        now = timezone.now()
-        jobs: dict[int, registry.Job] = {}
-        for job in registry.all_jobs():
-            if job.schedule is None:
-                continue
-            job_id = runs.job_id(job, refresh=True)
-            # A job new to the scheduler starts at its next slot: nothing to catch up.
-            claims.init_next_run_at(job_id, job.schedule.next_after(now))
-            jobs[job_id] = job
-        self._jobs = jobs
+    def enabled_models_qs(self) -> Any:
+        """django-celery-beat's own entries: every enabled periodic task but ours."""
+        return super().enabled_models_qs().filter(cron_job__isnull=True)
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
-        plain = super().tick(*args, **kwargs)
         if not self.leadership.check():
-            return min(plain, self.tick_seconds)
+            return self.tick_seconds
+        plain = super().tick(*args, **kwargs)
         try:
             with signals_deferred():
                 self.dispatch_due()
         except Exception:  # a failed round is retried next tick; beat must not die
             logger.exception("cron_celery beat: dispatch round failed")
-        return min(plain, self.tick_seconds)
+        return min(float(plain), self.tick_seconds)
 
     def dispatch_due(self) -> int:
-        """One round: record and publish every due slot; returns how many were published."""
-        now = timezone.now()
-        published = 0
-        due = claims.due_jobs(now, limit=conf.settings.BEAT_BATCH, among=list(self._jobs))
-        for job_id, next_run_at in due:
-            job = self._jobs[job_id]
-            assert job.schedule is not None  # only scheduled jobs are loaded
-            plan = schedules.plan_catch_up(job.schedule, next_run_at, now, job.catch_up,
-                                           limit=conf.settings.CATCH_UP_LIMIT)
-            done = claims.dispatch(job=job, job_id=job_id, expected_next_run_at=next_run_at,
-                                   next_run_at=plan.next_run_at, run=plan.run, missed=plan.missed)
-            for execution_id, slot in done.to_publish:
-                published += self.publish(job, execution_id, slot, late=execution_id in done.catch_up_ids)
-        return published
+        """Record and publish every due slot; returns how many were published.
 
-    def publish(self, job: registry.Job, execution_id: int, slot: Any, *, late: bool) -> int:
-        trigger = models.Trigger.CATCH_UP if late else models.Trigger.BEAT
-        headers = {tasks.HEADER_SLOT: schedules.iso(slot), tasks.HEADER_EXECUTION: execution_id,
-                   tasks.HEADER_TRIGGER: trigger}
-        try:
-            result = self.app.send_task(job.task_name, headers=headers)
-        except Exception:
-            logger.exception("could not publish %s %s (execution %s); it stays PENDING",
-                             job.name, schedules.iso(slot), execution_id,
-                             extra={"job": job.code, "slot": schedules.iso(slot), "execution": execution_id})
+        Idle, this is one indexed query. Due jobs are planned in batches of ``BEAT_BATCH``,
+        each batch recorded in one statement and published over one broker connection.
+        """
+        now = timezone.now()
+        if not claims.next_due(now):
             return 0
-        claims.set_celery_task_id(execution_id, result.id)
-        return 1
+        schedule_sync.apply_edits(now)
+        published = 0
+        deadline = time.monotonic() + self.leadership.ttl / 3
+        while True:
+            due = claims.due_jobs(now, limit=conf.settings.BEAT_BATCH)
+            decisions = [decision for row in due if (decision := self.plan(row, now)) is not None]
+            _advanced, to_publish, _missed = claims.dispatch_many(decisions)
+            published += self.publish({row.job_id: row for row in due}, to_publish)
+            if len(due) < conf.settings.BEAT_BATCH or time.monotonic() > deadline:
+                return published
+            now = timezone.now()
+
+    def schedule_of(self, row: claims.DueJob) -> schedules.Schedule:
+        key = (row.schedule, row.timezone)
+        if key not in self._schedules:
+            self._schedules[key] = schedules.parse_expression(row.schedule, row.timezone)
+        return self._schedules[key]
+
+    def plan(self, row: claims.DueJob, now: Any) -> claims.Decision | None:
+        try:
+            schedule = self.schedule_of(row)
+        except exceptions.InvalidSchedule as error:
+            logger.error("cron job %s has no usable schedule (%s); run sync_cron_schedules", row.name, error)
+            return None
+        plan = schedules.plan_catch_up(schedule, row.next_run_at, now, row.catch_up,
+                                       limit=conf.settings.CATCH_UP_LIMIT)
+        if plan.unrecorded_before is not None:
+            logger.warning("cron job %s: down since %s; slots before %s are not recorded as MISSED",
+                           row.name, schedules.iso(row.next_run_at), schedules.iso(plan.unrecorded_before))
+        return claims.Decision(job_id=row.job_id, expected_next_run_at=row.next_run_at,
+                               next_run_at=plan.next_run_at, run=plan.run, missed=plan.missed,
+                               tz=zoneinfo.ZoneInfo(row.timezone))
+
+    def publish(self, jobs: dict[int, claims.DueJob], to_publish: list[claims.ToPublish]) -> int:
+        """Send the executions this beat inserted, over one connection, oldest slot first.
+
+        If the broker fails, the rest of the round stays PENDING (and is logged).
+        """
+        sent = 0
+        if not to_publish:
+            return 0
+        try:
+            with self.app.producer_or_acquire() as producer:
+                for item in to_publish:
+                    headers = {tasks.HEADER_SLOT: schedules.iso(item.slot), tasks.HEADER_EXECUTION: item.execution_id,
+                               tasks.HEADER_TRIGGER: item.trigger}
+                    self.app.send_task(jobs[item.job_id].task, task_id=item.celery_task_id, headers=headers,
+                                       producer=producer)
+                    sent += 1
+        except Exception:
+            logger.exception("could not publish %d of %d executions; they stay PENDING",
+                             len(to_publish) - sent, len(to_publish))
+        return sent
 
     def close(self) -> None:
         self.leadership.release()
         super().close()
-

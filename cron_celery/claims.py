@@ -20,6 +20,8 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import uuid
+import zoneinfo
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
@@ -492,6 +494,29 @@ def finish(
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class Decision:
+    """A scheduler's plan for one due job (see ``schedules.plan_catch_up``)."""
+
+    job_id: int
+    expected_next_run_at: dt.datetime | None  # what the scheduler read; the advance is conditional on it
+    next_run_at: dt.datetime
+    run: list[dt.datetime]  # PENDING rows (CATCH_UP for all but the newest)
+    missed: list[dt.datetime]  # MISSED rows
+    tz: zoneinfo.ZoneInfo  # for each slot's execution date
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ToPublish:
+    """A PENDING execution this scheduler inserted: send it, with this Celery task id."""
+
+    execution_id: int
+    job_id: int
+    slot: dt.datetime
+    trigger: str
+    celery_task_id: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Dispatched:
     """What ``dispatch`` wrote for one job: the PENDING executions to publish now."""
 
@@ -499,6 +524,83 @@ class Dispatched:
     to_publish: list[tuple[int, dt.datetime]]  # (execution id, slot) of rows this call inserted
     missed: int = 0  # MISSED rows this call inserted
     catch_up_ids: frozenset[int] = frozenset()  # those of ``to_publish`` that run late (CATCH_UP)
+
+
+def dispatch_many(
+    decisions: list[Decision], trigger: str = models.Trigger.BEAT
+) -> tuple[set[int], list[ToPublish], int]:
+    """Record many jobs' decisions in one statement, once, however many schedulers decide.
+
+    Each job's ``next_run_at`` advances only if it still is what the scheduler read (a
+    second beat with the same view changes nothing, and a paused job nothing at all), and
+    only the jobs that advanced get rows: run 1 of each slot, PENDING (with a Celery task id
+    chosen here) or MISSED, with ``ON CONFLICT DO NOTHING``. Only the rows this call
+    inserted come back for publishing: a slot is dispatched once.
+
+    Returns (ids of the jobs advanced, the executions to publish, MISSED rows written).
+    """
+    if not decisions:
+        return set(), [], 0
+    slot_rows: list[tuple[int, dt.datetime, dt.date, str, str, str]] = []
+    for decision in decisions:
+        newest = max(decision.run) if decision.run else None
+        for slot in decision.run:
+            late = newest is not None and slot < newest
+            slot_rows.append((decision.job_id, slot, slot.astimezone(decision.tz).date(), S.PENDING,
+                              models.Trigger.CATCH_UP if late else trigger, str(uuid.uuid4())))
+        for slot in decision.missed:
+            slot_rows.append((decision.job_id, slot, slot.astimezone(decision.tz).date(), S.MISSED, trigger, ""))
+    columns: list[list[Any]] = [list(column) for column in zip(*slot_rows, strict=True)] or [[] for _ in range(6)]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            WITH decided AS (
+                SELECT * FROM unnest(%s::bigint[], %s::timestamptz[], %s::timestamptz[])
+                    AS d(job_id, expected, next_run_at)
+            ), advanced AS (
+                UPDATE {JOB} AS job SET next_run_at = d.next_run_at
+                FROM decided AS d
+                WHERE job.id = d.job_id AND NOT job.paused
+                  AND job.next_run_at IS NOT DISTINCT FROM d.expected
+                RETURNING job.id, job.code, job.name
+            ), slots AS (
+                SELECT * FROM unnest(%s::bigint[], %s::timestamptz[], %s::date[], %s::text[], %s::text[],
+                                     %s::text[])
+                    AS s(job_id, slot, execution_date, status, trigger, celery_task_id)
+            ), inserted AS (
+                INSERT INTO {EXE} ({INSERT_COLUMNS})
+                SELECT s.job_id, a.code, a.name, s.slot, s.execution_date, 1, s.status, s.trigger, '',
+                       false, now(), NULL, CASE WHEN s.status = %s THEN now() END, s.status = %s, NULL,
+                       CASE WHEN s.status = %s THEN %s ELSE '' END, '', '', 0, s.celery_task_id, '',
+                       NULL, NULL, NULL
+                FROM slots AS s JOIN advanced AS a ON a.id = s.job_id
+                ORDER BY s.job_id, s.slot
+                ON CONFLICT (job_id, slot, run_number) DO NOTHING
+                RETURNING id, job_id, slot, status, trigger, celery_task_id
+            )
+            SELECT 'job', id, NULL, NULL, NULL, NULL FROM advanced
+            UNION ALL
+            SELECT 'exe', id, job_id, slot, status || ':' || trigger, celery_task_id FROM inserted
+            """,
+            [[d.job_id for d in decisions], [d.expected_next_run_at for d in decisions],
+             [d.next_run_at for d in decisions], *columns,
+             S.MISSED, S.MISSED, S.MISSED, "Missed: the scheduler did not dispatch this slot in time."],
+        )
+        rows = cursor.fetchall()
+    advanced = {int(row[1]) for row in rows if row[0] == "job"}
+    publish: list[ToPublish] = []
+    missed = 0
+    for kind, execution_id, job_id, slot, state, celery_task_id in rows:
+        if kind != "exe":
+            continue
+        status, _, row_trigger = state.partition(":")
+        if status == S.MISSED:
+            missed += 1
+            continue
+        publish.append(ToPublish(execution_id=int(execution_id), job_id=int(job_id), slot=slot,
+                                 trigger=row_trigger, celery_task_id=celery_task_id))
+    publish.sort(key=lambda item: (item.slot, item.job_id))
+    return advanced, publish, missed
 
 
 def dispatch(
@@ -511,83 +613,59 @@ def dispatch(
     missed: list[dt.datetime],
     trigger: str = models.Trigger.BEAT,
 ) -> Dispatched:
-    """Record a scheduler's decision for one job, once, however many schedulers decide.
-
-    In one transaction: advance ``next_run_at`` only if it still is what this scheduler saw
-    (a second beat with the same view changes nothing), then insert run 1 of each slot —
-    PENDING for the slots to run (trigger ``CATCH_UP`` for all but the newest), MISSED for
-    the others — with ``ON CONFLICT DO NOTHING``.
-    Only the rows this call inserted are returned for publishing: a slot is dispatched once.
-    """
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(
-            f"""
-            UPDATE {JOB} SET next_run_at = %s
-            WHERE id = %s AND next_run_at IS NOT DISTINCT FROM %s
-            RETURNING id
-            """,
-            [next_run_at, job_id, expected_next_run_at],
-        )
-        if cursor.fetchone() is None:
-            return Dispatched(advanced=False, to_publish=[])
-        newest = max(run) if run else None
-        rows = [(slot, S.PENDING) for slot in run] + [(slot, S.MISSED) for slot in missed]
-        if not rows:
-            return Dispatched(advanced=True, to_publish=[])
-        tz = job.tzinfo
-        values = []
-        params: list[Any] = []
-        for slot, status in rows:
-            finished = status == S.MISSED
-            values.append("(%s, %s, %s, %s, %s, 1, %s, %s, '', false, now(), NULL, "
-                          "CASE WHEN %s THEN now() END, %s, NULL, %s, '', '', 0, '', '', NULL, NULL, NULL)")
-            late = status == S.PENDING and newest is not None and slot < newest
-            params += [job_id, job.code, job.name, slot, slot.astimezone(tz).date(), status,
-                       models.Trigger.CATCH_UP if late else trigger,
-                       finished, finished,
-                       "Missed: the scheduler did not dispatch this slot in time." if finished else ""]
-        cursor.execute(
-            f"""
-            INSERT INTO {EXE} ({INSERT_COLUMNS})
-            VALUES {", ".join(values)}
-            ON CONFLICT (job_id, slot, run_number) DO NOTHING
-            RETURNING id, slot, status, trigger
-            """,
-            params,
-        )
-        inserted = cursor.fetchall()
-    pending = [row for row in inserted if row[2] == S.PENDING]
+    """``dispatch_many`` for one job."""
+    decision = Decision(job_id=job_id, expected_next_run_at=expected_next_run_at, next_run_at=next_run_at,
+                        run=run, missed=missed, tz=job.tzinfo)
+    advanced, publish, missed_count = dispatch_many([decision], trigger)
     return Dispatched(
-        advanced=True,
-        to_publish=sorted(((int(i), slot) for i, slot, _, _ in pending), key=lambda row: row[1]),
-        missed=len(inserted) - len(pending),
-        catch_up_ids=frozenset(int(i) for i, _, _, trigger in pending if trigger == models.Trigger.CATCH_UP),
+        advanced=job_id in advanced,
+        to_publish=[(item.execution_id, item.slot) for item in publish],
+        missed=missed_count,
+        catch_up_ids=frozenset(item.execution_id for item in publish if item.trigger == models.Trigger.CATCH_UP),
     )
 
 
-def due_jobs(
-    now: dt.datetime, limit: int = 1000, among: list[int] | None = None
-) -> list[tuple[int, dt.datetime]]:
-    """(job id, next_run_at) of unpaused jobs whose next slot is due, through the index;
-    ``among`` limits it to the jobs a scheduler knows (rows of jobs no longer in its code
-    must not crowd out the others)."""
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DueJob:
+    """A job whose next slot has come, with what the scheduler needs to plan it."""
+
+    job_id: int
+    next_run_at: dt.datetime
+    task: str
+    name: str
+    schedule: str
+    timezone: str
+    catch_up: str
+
+
+def due_jobs(now: dt.datetime, limit: int = 1000, among: list[int] | None = None) -> list[DueJob]:
+    """Unpaused jobs whose next slot is due, oldest first, through the index on
+    ``next_run_at``; ``among`` limits it to some job ids."""
     only = "" if among is None else "AND id = ANY(%s)"
     with connection.cursor() as cursor:
         cursor.execute(
             f"""
-            SELECT id, next_run_at FROM {JOB}
+            SELECT id, next_run_at, task, name, schedule, coalesce(nullif(schedule_timezone, ''), timezone),
+                   catch_up
+            FROM {JOB}
             WHERE next_run_at <= %s AND NOT paused {only}
             ORDER BY next_run_at LIMIT %s
             """,
             [now, limit] if among is None else [now, among, limit],
         )
-        return [(int(job_id), at) for job_id, at in cursor.fetchall()]
+        return [DueJob(job_id=int(row[0]), next_run_at=row[1], task=row[2], name=row[3], schedule=row[4],
+                       timezone=row[5], catch_up=row[6]) for row in cursor.fetchall()]
 
 
-def init_next_run_at(job_id: int, first_slot: dt.datetime) -> None:
-    """Give a job its first ``next_run_at`` (only when it has none)."""
+def next_due(now: dt.datetime) -> bool:
+    """Whether any job is due or any schedule was edited: the idle tick's one cheap query."""
     with connection.cursor() as cursor:
         cursor.execute(
-            f"UPDATE {JOB} SET next_run_at = %s WHERE id = %s AND next_run_at IS NULL",
-            [first_slot, job_id],
+            f"""
+            SELECT EXISTS (SELECT 1 FROM {JOB} WHERE next_run_at <= %s AND NOT paused)
+                OR EXISTS (SELECT 1 FROM {JOB} WHERE schedule_version <> schedule_seen)
+            """,
+            [now],
         )
+        row = cursor.fetchone()
+    return bool(row and row[0])

@@ -88,6 +88,23 @@ class CronJob(models.Model):
     next_run_at = models.DateTimeField(
         null=True, blank=True, db_index=True, help_text="The first slot not dispatched yet (UTC)"
     )
+    # The schedule in effect: declared in code, then editable in the admin through the
+    # django-celery-beat periodic task it is synced to (see ``schedule_sync``).
+    periodic_task = models.OneToOneField(
+        "django_celery_beat.PeriodicTask", null=True, blank=True, on_delete=models.SET_NULL,
+        related_name="cron_job", help_text="Where the schedule is edited in the admin",
+    )
+    schedule = models.CharField(
+        max_length=200, blank=True, db_default="", help_text="Five-field cron, or 'every Ns' for an interval"
+    )
+    schedule_timezone = models.CharField(max_length=64, blank=True, db_default="")
+    declaration_hash = models.CharField(
+        max_length=64, blank=True, db_default="", help_text="The code's schedule at the last sync"
+    )
+    # Bumped by database triggers on every edit of the periodic task or its schedule row;
+    # the beat re-reads a job while ``schedule_seen`` lags behind.
+    schedule_version = models.BigIntegerField(db_default=0)
+    schedule_seen = models.BigIntegerField(db_default=0)
     fence = models.BigIntegerField(default=0, help_text="Grows with every claim of this job")
     consecutive_failures = models.IntegerField(default=0)
     last_status = models.CharField(max_length=20, choices=Status.choices, blank=True)
@@ -99,6 +116,12 @@ class CronJob(models.Model):
     class Meta:
         ordering = ["name"]
         verbose_name = "cron job"
+        indexes = [
+            models.Index(
+                fields=["id"], name="cron_job_schedule_edited",
+                condition=~models.Q(schedule_version=models.F("schedule_seen")),
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.code})"

@@ -69,7 +69,7 @@ def test_due_jobs_lists_only_unpaused_jobs_whose_slot_has_come():
     set_next(later, SLOT + HOUR)
     set_next(paused, SLOT - HOUR)
     CronJob.objects.filter(id=paused).update(paused=True)
-    found = dict(claims.due_jobs(SLOT))
+    found = {row.job_id: row.next_run_at for row in claims.due_jobs(SLOT)}
     assert due in found and later not in found and paused not in found and unscheduled not in found
 
 
@@ -109,7 +109,8 @@ def test_due_jobs_can_be_limited_to_the_jobs_a_scheduler_knows_and_reports_catch
     (job, known), (_, forgotten) = make_job(), make_job()
     set_next(known, SLOT - HOUR)
     set_next(forgotten, SLOT - 2 * HOUR)  # older, but no longer declared anywhere
-    assert claims.due_jobs(SLOT, limit=1, among=[known]) == [(known, SLOT - HOUR)]
+    assert [(row.job_id, row.next_run_at) for row in claims.due_jobs(SLOT, limit=1, among=[known])] == [
+        (known, SLOT - HOUR)]
     done = claims.dispatch(job=job, job_id=known, expected_next_run_at=SLOT - HOUR, next_run_at=SLOT + HOUR,
                            run=[SLOT - HOUR, SLOT], missed=[])
     late = [execution_id for execution_id, slot in done.to_publish if slot == SLOT - HOUR]

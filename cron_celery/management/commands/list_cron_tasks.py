@@ -26,21 +26,26 @@ class Command(BaseCommand):
             .distinct("task_name")
         ):
             last[found.task_name] = found
+        rows_by_code = {row.code: row for row in models.CronJob.objects.filter(code__in=[job.code for job in jobs])}
         now = timezone.now()
         header = ("NAME", "CODE", "SCHEDULE", "PATTERN", "OVERLAP", "TIMEZONE", "NEXT SLOT", "LAST SLOT",
                   "LAST STATUS")
         rows = [header]
         for job in jobs:
             execution = last.get(job.name)
+            state = rows_by_code.get(job.code)
+            schedule = job.schedule.expression if job.schedule else "-"
             upcoming = job.next_slot(now)
+            if state is not None and state.schedule:  # the schedule in effect (it may be edited in the admin)
+                schedule, upcoming = state.schedule, state.next_run_at
             rows.append((
                 job.name,
                 job.code,
-                job.schedule.expression if job.schedule else "-",
+                schedule,
                 job.pattern.value,
                 job.overlap.value,
                 job.timezone,
-                f"{upcoming:%Y-%m-%d %H:%M}Z" if upcoming else "-",
+                "paused" if state is not None and state.paused else f"{upcoming:%Y-%m-%d %H:%M}Z" if upcoming else "-",
                 f"{execution.slot:%Y-%m-%d %H:%M}Z" if execution else "-",
                 execution.status if execution else "never run",
             ))

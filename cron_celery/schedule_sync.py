@@ -1,0 +1,211 @@
+"""Schedules declared in code, editable in the admin through django-celery-beat.
+
+Every scheduled job gets a ``PeriodicTask`` (with its ``CrontabSchedule`` or
+``IntervalSchedule``) linked from its ``CronJob`` row. ``sync()`` (run when a beat starts
+and by ``manage.py sync_cron_schedules``) writes the code's schedule there only when the
+declaration changed since the last sync (``declaration_hash``), so an edit made in the
+admin survives restarts until the code itself changes. Jobs gone from the code are
+unlinked and their periodic task disabled, never deleted.
+
+Database triggers (migration 0003) bump ``CronJob.schedule_version`` on any edit of a
+linked periodic task or of its schedule row; ``apply_edits()`` re-reads just those jobs,
+stores the schedule in effect on the job row and moves ``next_run_at`` when it changed.
+The beat calls it every tick: an idle call is one indexed query that finds nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import hashlib
+import logging
+
+from django.db import connection, transaction
+from django.utils import timezone
+from django_celery_beat.models import CrontabSchedule, IntervalSchedule, PeriodicTask
+
+from cron_celery import exceptions, models, registry, runs, schedules
+
+logger = logging.getLogger(__name__)
+
+JOB = models.CronJob._meta.db_table
+TASK = PeriodicTask._meta.db_table
+CRONTAB = CrontabSchedule._meta.db_table
+INTERVAL = IntervalSchedule._meta.db_table
+
+_PERIOD_SECONDS = {
+    IntervalSchedule.DAYS: 86400, IntervalSchedule.HOURS: 3600,
+    IntervalSchedule.MINUTES: 60, IntervalSchedule.SECONDS: 1,
+}
+
+
+@dataclasses.dataclass
+class SyncReport:
+    created: list[str] = dataclasses.field(default_factory=list)  # new periodic tasks
+    updated: list[str] = dataclasses.field(default_factory=list)  # code changed: schedule rewritten
+    kept: list[str] = dataclasses.field(default_factory=list)  # unchanged (admin edits kept)
+    disabled: list[str] = dataclasses.field(default_factory=list)  # gone from the code
+
+    def __str__(self) -> str:
+        return (f"{len(self.created)} created, {len(self.updated)} updated from code, "
+                f"{len(self.kept)} unchanged, {len(self.disabled)} disabled")
+
+
+def declaration_hash(job: registry.Job) -> str:
+    """What the code says about when the job runs; a change makes the code win again."""
+    assert job.schedule is not None
+    text = f"{job.task_name}|{job.schedule.expression}|{job.schedule.timezone or job.timezone}"
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def task_name_for(job: registry.Job) -> str:
+    """The periodic task's name in the admin."""
+    return f"{job.name} ({job.code})"
+
+
+def _schedule_row(schedule: schedules.Schedule, tz: str) -> dict[str, object]:
+    if isinstance(schedule, schedules.Interval):
+        row, _ = IntervalSchedule.objects.get_or_create(every=schedule.seconds, period=IntervalSchedule.SECONDS)
+        return {"interval": row, "crontab": None}
+    row = CrontabSchedule.objects.filter(
+        minute=schedule.minute, hour=schedule.hour, day_of_month=schedule.day_of_month,
+        month_of_year=schedule.month_of_year, day_of_week=schedule.day_of_week, timezone=tz,
+    ).order_by("id").first() or CrontabSchedule.objects.create(
+        minute=schedule.minute, hour=schedule.hour, day_of_month=schedule.day_of_month,
+        month_of_year=schedule.month_of_year, day_of_week=schedule.day_of_week, timezone=tz,
+    )
+    return {"crontab": row, "interval": None}
+
+
+def sync(now: dt.datetime | None = None) -> SyncReport:
+    """Bring django-celery-beat in line with the jobs declared in code (see module doc)."""
+    report = SyncReport()
+    declared = {job.code: job for job in registry.all_jobs() if job.schedule is not None}
+    job_ids = {code: runs.job_id(job, refresh=True) for code, job in declared.items()}
+    known = {
+        row["code"]: row
+        for row in models.CronJob.objects.values("id", "code", "periodic_task_id", "declaration_hash")
+    }
+    for code, job in declared.items():
+        row = known.get(code)
+        digest = declaration_hash(job)
+        if row is not None and row["periodic_task_id"] is not None and row["declaration_hash"] == digest:
+            report.kept.append(job.name)
+            continue
+        _write_from_code(job, job_ids[code], digest, report)
+    stale = [row for code, row in known.items() if code not in declared and row["periodic_task_id"] is not None]
+    for row in stale:
+        with transaction.atomic():
+            models.CronJob.objects.filter(id=row["id"]).update(periodic_task=None, next_run_at=None)
+            PeriodicTask.objects.filter(id=row["periodic_task_id"]).update(enabled=False)
+        report.disabled.append(row["code"])
+    if stale:
+        from django_celery_beat.models import PeriodicTasks
+
+        PeriodicTasks.update_changed()
+    # Jobs no longer scheduled by anyone never fall due.
+    models.CronJob.objects.filter(periodic_task__isnull=True).exclude(code__in=list(declared)).exclude(
+        next_run_at=None).update(next_run_at=None)
+    while apply_edits(now):
+        pass
+    return report
+
+
+def _write_from_code(job: registry.Job, job_id: int, digest: str, report: SyncReport) -> None:
+    assert job.schedule is not None
+    tz = job.schedule.timezone or job.timezone
+    with transaction.atomic():
+        row = models.CronJob.objects.select_for_update().get(id=job_id)
+        if row.periodic_task_id is not None and row.declaration_hash == digest:
+            report.kept.append(job.name)  # another process synced it meanwhile
+            return
+        task = row.periodic_task
+        if task is None:  # adopt a task left by an earlier link, else create one
+            task = PeriodicTask.objects.filter(name=task_name_for(job), task=job.task_name).first()
+        fields = {"task": job.task_name, "description": str(job.schedule), **_schedule_row(job.schedule, tz)}
+        if task is None:
+            task = PeriodicTask.objects.create(name=task_name_for(job), enabled=True, **fields)
+            report.created.append(job.name)
+        else:
+            linked = row.periodic_task_id == task.id
+            for key, value in fields.items():
+                setattr(task, key, value)
+            if not linked:
+                task.enabled = True  # declared again in code: it is wanted
+            task.save()
+            (report.updated if linked else report.created).append(job.name)
+        models.CronJob.objects.filter(id=job_id).update(
+            periodic_task=task, declaration_hash=digest, schedule_version=row.schedule_version + 1)
+
+
+def effective_schedule(
+    crontab: tuple[str, str, str, str, str, str] | None, interval: tuple[int, str] | None
+) -> schedules.Schedule:
+    """Our schedule for a periodic task's crontab row or interval row."""
+    if crontab is not None:
+        minute, hour, day_of_month, month_of_year, day_of_week, tz = crontab
+        return schedules.Cron(minute, hour, day_of_month, month_of_year, day_of_week, timezone=str(tz or "UTC"))
+    if interval is not None:
+        every, period = interval
+        if period not in _PERIOD_SECONDS:
+            raise exceptions.InvalidSchedule("intervals of days, hours, minutes or seconds only", value=period)
+        return schedules.Interval(int(every) * _PERIOD_SECONDS[period])
+    raise exceptions.InvalidSchedule("cron jobs run on a crontab or an interval schedule (not solar or clocked)",
+                                     value="")
+
+
+def apply_edits(now: dt.datetime | None = None, limit: int = 1000) -> int:
+    """Take in the admin edits made since the last call; returns how many jobs were read.
+
+    A job whose schedule changed gets the first slot of the new schedule after ``now`` as
+    its ``next_run_at``; a job re-enabled after a pause starts at its next slot (paused
+    slots are not caught up).
+    """
+    now = now or timezone.now()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            SELECT job.id, job.schedule_version, job.schedule, job.schedule_timezone, job.next_run_at,
+                   task.enabled, c.minute, c.hour, c.day_of_month, c.month_of_year, c.day_of_week,
+                   c.timezone, i.every, i.period, job.name, job.timezone
+            FROM {JOB} AS job
+            LEFT JOIN {TASK} AS task ON task.id = job.periodic_task_id
+            LEFT JOIN {CRONTAB} AS c ON c.id = task.crontab_id
+            LEFT JOIN {INTERVAL} AS i ON i.id = task.interval_id
+            WHERE job.schedule_version <> job.schedule_seen
+            ORDER BY job.id LIMIT %s
+            """,
+            [limit],
+        )
+        rows = cursor.fetchall()
+    for (job_id, version, stored, stored_tz, next_run_at, enabled, minute, hour, dom, moy, dow, tz,
+         every, period, name, job_tz) in rows:
+        schedule_text, schedule_tz = stored, stored_tz
+        move, next_at = False, next_run_at
+        if enabled is not None:
+            try:
+                crontab = (minute, hour, dom, moy, dow, tz) if minute is not None else None
+                effective = effective_schedule(crontab, (every, period) if every is not None else None)
+            except exceptions.InvalidSchedule as error:
+                logger.error("cron job %s: its periodic task's schedule cannot drive it (%s); "
+                             "keeping %r", name, error, stored)
+                effective = None
+            if effective is not None:
+                schedule_text = effective.expression
+                schedule_tz = effective.timezone if isinstance(effective, schedules.Cron) else job_tz
+                changed = (schedule_text, schedule_tz) != (stored, stored_tz)
+                if enabled and (changed or next_run_at is None):
+                    move, next_at = True, effective.next_after(now)
+                    logger.warning("cron job %s: schedule %s; next slot %s", name, effective, schedules.iso(next_at))
+            if not enabled:
+                move, next_at = True, None
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"""
+                UPDATE {JOB} SET schedule = %s, schedule_timezone = %s, schedule_seen = %s,
+                       next_run_at = CASE WHEN %s THEN %s ELSE next_run_at END
+                WHERE id = %s AND schedule_version = %s
+                """,
+                [schedule_text, schedule_tz or "", version, move, next_at, job_id, version],
+            )
+    return len(rows)
