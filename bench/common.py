@@ -28,6 +28,27 @@ def write_results(name: str, started_at: dt.datetime, payload: dict[str, Any], p
     log(f"results written to {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
 
 
+def ensure_database(db: dict[str, Any]) -> bool:
+    """Create the database named by a Django ``DATABASES`` entry when it is missing.
+
+    Connects to the server's ``postgres`` database with the entry's host, port and
+    credentials; returns whether the database was created.
+    """
+    import psycopg
+    from psycopg import sql
+
+    params: dict[str, Any] = {"host": db["HOST"], "port": db["PORT"], "user": db["USER"],
+                              "dbname": "postgres", "connect_timeout": 5}
+    if db.get("PASSWORD"):
+        params["password"] = db["PASSWORD"]
+    with psycopg.connect(autocommit=True, **params) as conn:
+        if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [db["NAME"]]).fetchone():
+            return False
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(str(db["NAME"]))))
+    log(f"created database {db['NAME']}")
+    return True
+
+
 def run(main: Callable[[], int]) -> None:
     """Run a benchmark's ``main``; Ctrl-C or SIGTERM and BenchError end it with a message."""
     try:

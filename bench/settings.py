@@ -1,4 +1,4 @@
-"""Django settings of the overhead benchmark (``bench/overhead.py``) and its worker.
+"""Django settings of the benchmarks (``bench/overhead.py``, ``bench/beat_scale.py``) and the worker.
 
 All three variants use this one module, so they share the database connection settings;
 only the result backend changes, chosen by ``BENCH_RESULT_BACKEND`` in the environment
@@ -45,6 +45,8 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 INSTALLED_APPS = [
     "django_celery_results",
+    # cron_celery's models link to its periodic tasks; ``beat_scale.py`` runs its scheduler.
+    "django_celery_beat",
     "cron_celery",
     "bench",
 ]

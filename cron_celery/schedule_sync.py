@@ -196,7 +196,7 @@ def apply_edits(now: dt.datetime | None = None, limit: int = 1000) -> int:
                 changed = (schedule_text, schedule_tz) != (stored, stored_tz)
                 if enabled and (changed or next_run_at is None):
                     move, next_at = True, effective.next_after(now)
-                    logger.warning("cron job %s: schedule %s; next slot %s", name, effective, schedules.iso(next_at))
+                    logger.info("cron job %s: schedule %s; next slot %s", name, effective, schedules.iso(next_at))
             if not enabled:
                 move, next_at = True, None
         with connection.cursor() as cursor:

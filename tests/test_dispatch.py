@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
+import signal
 import threading
+import time
 
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
-from cron_celery import claims, schedules
+from cron_celery import beat, claims, schedules
 from cron_celery.models import CronExecution, CronJob, Status, Trigger
 from tests.conftest import make_job
 
@@ -116,3 +120,44 @@ def test_due_jobs_can_be_limited_to_the_jobs_a_scheduler_knows_and_reports_catch
     late = [execution_id for execution_id, slot in done.to_publish if slot == SLOT - HOUR]
     assert done.catch_up_ids == frozenset(late)
     assert CronExecution.objects.get(id=late[0]).trigger == Trigger.CATCH_UP
+
+
+@pytest.mark.django_db
+def test_many_jobs_are_recorded_in_one_statement_and_only_advanced_jobs_get_rows():
+    jobs = [make_job() for _ in range(3)]
+    for _, job_id in jobs:
+        set_next(job_id, SLOT)
+    (_, first), (_, stale), (_, paused) = jobs
+    CronJob.objects.filter(id=paused).update(paused=True)
+    decisions = [
+        claims.Decision(job_id=first, expected_next_run_at=SLOT, next_run_at=SLOT + 3 * HOUR,
+                        run=[SLOT, SLOT + HOUR, SLOT + 2 * HOUR], missed=[], tz=dt.UTC),
+        claims.Decision(job_id=stale, expected_next_run_at=SLOT - HOUR, next_run_at=SLOT + HOUR,
+                        run=[SLOT], missed=[], tz=dt.UTC),
+        claims.Decision(job_id=paused, expected_next_run_at=SLOT, next_run_at=SLOT + HOUR,
+                        run=[SLOT], missed=[], tz=dt.UTC),
+    ]
+    with CaptureQueriesContext(connection) as queries:
+        advanced, publish, missed = claims.dispatch_many(decisions)
+    assert len(queries) == 1 and advanced == {first} and missed == 0
+    assert [(item.job_id, item.slot, item.trigger) for item in publish] == [
+        (first, SLOT, Trigger.CATCH_UP), (first, SLOT + HOUR, Trigger.CATCH_UP), (first, SLOT + 2 * HOUR, Trigger.BEAT)]
+    rows = {row.id: row for row in CronExecution.objects.filter(job_id=first)}
+    assert {rows[item.execution_id].celery_task_id for item in publish} == {item.celery_task_id for item in publish}
+    assert all(len(item.celery_task_id) == 36 for item in publish)  # chosen before publishing, stored with the row
+    assert not CronExecution.objects.filter(job_id__in=[stale, paused]).exists()
+    assert CronJob.objects.get(id=paused).next_run_at == SLOT
+
+
+def test_a_sigterm_during_a_dispatch_round_is_delivered_when_the_round_ends():
+    received: list[int] = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: received.append(signum))
+    try:
+        with beat.signals_deferred():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)
+            assert received == []  # a committed row would not be stranded before its publish
+        time.sleep(0.01)
+        assert received == [signal.SIGTERM]
+    finally:
+        signal.signal(signal.SIGTERM, previous)

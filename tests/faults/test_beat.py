@@ -1,72 +1,115 @@
-"""Two real ``celery beat`` processes with the cron_celery scheduler and a real worker:
-every slot is dispatched and run exactly once, with or without the leader lease."""
+"""Real ``celery beat`` processes with the cron_celery scheduler and real workers: every slot
+is dispatched and run exactly once, with or without the leader lease, across a killed leader
+and a beat that was down, and admin edits reach a running beat."""
 
 from __future__ import annotations
 
+import datetime as dt
 import itertools
+import os
+import re
 import signal
 import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
-from cron_celery.models import CronExecution, SkipReason, Status, Trigger
+from cron_celery.models import CronExecution, CronJob, SkipReason, Status, Trigger
+from tests.admin_forms import submit
 from tests.conftest import ROOT, marked, subprocess_env, wait_for
 from tests.redis_servers import RedisServer
 from tests.workers import Worker
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
-JOBS = ("tick-1s", "tick-2s")
+TICKS = {"tick-1s": 1, "tick-2s": 2}
+FLEET = {f"fleet-{i:02d}": 1 + i % 2 for i in range(20)}
+LEAD_LINE = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),\d+: WARNING/\w+\] beat \S+ is now the leader",
+                       re.MULTILINE)
 
 
 def start_beat(tmp: Path, env: dict[str, str], index: int) -> subprocess.Popen[bytes]:
-    log = open(tmp / f"beat-{index}.log", "wb")  # noqa: SIM115 - closed with the process
+    log = open(tmp / f"beat-{index}.log", "ab")  # noqa: SIM115 - closed with the process
     return subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "tests.celery_app", "beat", "-S", "cron_celery.beat.Scheduler",
-         "--loglevel", "INFO", "--max-interval", "1", "--pidfile", str(tmp / f"beat-{index}.pid")],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+         "--loglevel", "INFO", "--max-interval", "1", "--pidfile", str(tmp / f"beat-{index}-{time.time()}.pid")],
+        cwd=ROOT, env=subprocess_env(**env), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )
 
 
-def run_two_beats(tmp: Path, marker: Path, seconds: float, kill_leader_after: float | None = None,
-                  **extra: str) -> tuple[list[str], int]:
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def beat_log(tmp: Path, index: int) -> str:
+    return (tmp / f"beat-{index}.log").read_text(errors="replace")
+
+
+@contextmanager
+def cluster(tmp: Path, marker: Path, *, workers: int = 1, **extra: str) -> Iterator[dict[str, str]]:
+    """A lock Redis of our own and ``workers`` real workers; yields the env for beats."""
     lock = RedisServer(tmp).start()
     env = {"CRON_TEST_LOCK_MASTERS": lock.url, "CRON_TEST_LOCK_TTL": "5", "CRON_TEST_LEASE_SECONDS": "15",
            "CRON_TEST_MARKER": str(marker), **extra}
-    worker = Worker(tmp, env, pool="prefork", concurrency=2).start()
-    beats = [start_beat(tmp, subprocess_env(**env), i) for i in range(2)]
+    started: list[Worker] = []
     try:
-        if kill_leader_after is not None:
-            time.sleep(kill_leader_after)
-            leader = next(i for i in range(2) if "is now the leader" in (tmp / f"beat-{i}.log").read_text())
-            import os
-
-            os.killpg(beats[leader].pid, signal.SIGKILL)  # no goodbye: the lease must expire
-            beats[leader].wait(timeout=10)
-        time.sleep(seconds)
-        for proc in beats:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in beats:
-            proc.wait(timeout=30)
-        wait_for(lambda: not CronExecution.objects.filter(task_name__in=JOBS, completed=False).exists(),
-                 timeout=60, what="the worker to finish every dispatched slot")
+        for _ in range(workers):
+            started.append(Worker(tmp, env, pool="prefork", concurrency=2).start())
+        yield env
+        wait_for(lambda: not CronExecution.objects.filter(completed=False).exists(),
+                 timeout=90, what="the workers to finish every dispatched slot")
     finally:
-        for proc in beats:
-            if proc.poll() is None:
-                proc.kill()
-        worker.stop()
+        for worker in started:
+            worker.stop()
         lock.stop()
-    logs = [(tmp / f"beat-{i}.log").read_text(errors="replace") for i in range(2)]
-    return logs, sum(1 for log in logs if "is now the leader" in log)
 
 
-def assert_every_slot_once(marker: Path) -> None:
-    for name, step in (("tick-1s", 1), ("tick-2s", 2)):
+def run_two_beats(tmp: Path, marker: Path, seconds: float, *, workers: int = 1,
+                  kill_leader_after: float | None = None, **extra: str) -> tuple[list[str], int, float]:
+    """Two beats for ``seconds``; returns their logs, how many led, and when they stopped."""
+    with cluster(tmp, marker, workers=workers, **extra) as env:
+        beats = [start_beat(tmp, env, i) for i in range(2)]
+        try:
+            if kill_leader_after is not None:
+                time.sleep(kill_leader_after)
+                leader = next(i for i in range(2) if took_lead_before(beat_log(tmp, i), time.time() + 2))
+                os.killpg(beats[leader].pid, signal.SIGKILL)  # no goodbye: the lease must expire
+                beats[leader].wait(timeout=10)
+            time.sleep(seconds)
+        finally:
+            stopped = time.time()
+            for proc in beats:
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGTERM)
+            for proc in beats:
+                stop(proc)
+    logs = [beat_log(tmp, i) for i in range(2)]
+    return logs, sum(1 for log in logs if took_lead_before(log, stopped)), stopped
+
+
+def took_lead_before(log: str, moment: float) -> bool:
+    """Whether the beat became the leader before ``moment`` (not while the beats were stopping)."""
+    for found in LEAD_LINE.finditer(log):
+        if dt.datetime.strptime(found.group(1), "%Y-%m-%d %H:%M:%S").timestamp() < moment - 1:
+            return True
+    return False
+
+
+def assert_every_slot_once(marker: Path, jobs: dict[str, int], stopped: float | None = None) -> None:
+    lines = Counter(line.split()[0] for line in marked(marker))
+    for name, step in jobs.items():
         rows = list(CronExecution.objects.filter(task_name=name).order_by("slot"))
         assert len(rows) >= 4, f"{name}: only {len(rows)} slots dispatched"
         slots = [row.slot for row in rows]
@@ -74,30 +117,109 @@ def assert_every_slot_once(marker: Path) -> None:
         gaps = {(b - a).total_seconds() for a, b in itertools.pairwise(slots)}
         assert gaps == {float(step)}, f"{name}: slots missing between {slots[0]} and {slots[-1]}: {gaps}"
         assert {row.run_number for row in rows} == {1}
+        if stopped is not None:
+            assert slots[-1].timestamp() >= stopped - step - 2, f"{name}: dispatch stopped early at {slots[-1]}"
         ran = [row for row in rows if row.status == Status.SUCCEEDED]
-        if name == "tick-1s":  # overlap "allow": every slot runs
-            assert len(ran) == len(rows)
+        job = CronJob.objects.get(name=name)
+        if job.overlap == "allow":  # every slot runs
+            assert len(ran) == len(rows), f"{name}: {Counter(row.status for row in rows)}"
         else:  # overlap "skip": catch-up slots sent together may meet a running one
             assert all(row.status == Status.SUCCEEDED or row.skip_reason in (
                 SkipReason.OVERLAP, SkipReason.LOCK_UNAVAILABLE) for row in rows)
-        lines = [line for line in marked(marker) if line.startswith(f"{name} ")]
-        assert len(lines) == len(ran), f"{name}: {len(lines)} bodies ran for {len(ran)} successful slots"
+        assert lines[name] == len(ran), f"{name}: {lines[name]} bodies ran for {len(ran)} successful slots"
 
 
-def test_two_beats_with_the_leader_lease_dispatch_every_slot_once(tmp_path, marker):
-    logs, leaders = run_two_beats(tmp_path, marker, seconds=10)
+def test_two_beats_with_the_leader_lease_dispatch_every_slot_of_twenty_jobs_once(tmp_path, marker):
+    """Issue test 1, with a plain periodic task next to the cron jobs."""
+    every_second, _ = IntervalSchedule.objects.get_or_create(every=1, period=IntervalSchedule.SECONDS)
+    PeriodicTask.objects.create(name="plain ping", task="tests.jobsapp.tasks.plain_ping", interval=every_second)
+    seconds = 60.0
+    logs, leaders, stopped = run_two_beats(tmp_path, marker, seconds, workers=2, CRON_TEST_FLEET="1")
     assert leaders == 1, logs
-    assert_every_slot_once(marker)
+    assert_every_slot_once(marker, {**FLEET, **TICKS}, stopped)
+    # The plain task is sent by django-celery-beat's scheduler, by the leader only, untracked.
+    pings = [line for line in marked(marker) if line.startswith("plain-ping ")]
+    assert 10 <= len(pings) <= seconds + 5, f"{len(pings)} pings in {seconds} s: sent twice?"
+    assert not CronExecution.objects.filter(task_name__contains="ping").exists()
 
 
 def test_two_beats_that_both_think_they_lead_still_dispatch_every_slot_once(tmp_path, marker):
-    _logs, _ = run_two_beats(tmp_path, marker, seconds=10, CRON_CELERY_BEAT_ALWAYS_LEAD="1")
-    assert_every_slot_once(marker)
+    """Issue test 2: leadership forced on in both beats (a stale leader)."""
+    _logs, _, stopped = run_two_beats(tmp_path, marker, 20, workers=2, CRON_TEST_FLEET="1",
+                                      CRON_CELERY_BEAT_ALWAYS_LEAD="1")
+    assert_every_slot_once(marker, {**FLEET, **TICKS}, stopped)
 
 
 def test_the_standby_takes_over_when_the_leader_is_killed_and_no_slot_is_lost(tmp_path, marker):
-    logs, leaders = run_two_beats(tmp_path, marker, seconds=9, kill_leader_after=4,
-                                  CRON_TEST_BEAT_LEASE_SECONDS="3")
+    """Issue test 3."""
+    logs, leaders, stopped = run_two_beats(tmp_path, marker, seconds=9, kill_leader_after=4,
+                                           CRON_TEST_BEAT_LEASE_SECONDS="3")
     assert leaders == 2, logs  # the first leader, then the standby after the lease expired
-    assert_every_slot_once(marker)  # catch-up "all": the slots of the gap ran too
+    assert_every_slot_once(marker, TICKS, stopped)  # catch-up "all": the slots of the gap ran too
     assert CronExecution.objects.filter(task_name="tick-1s", trigger=Trigger.CATCH_UP).exists()
+
+
+def test_a_beat_down_for_several_slots_catches_up_by_each_jobs_policy(tmp_path, marker):
+    """Issue test 4: one beat, stopped for 8 s (four slots of the two-second jobs), started again."""
+    with cluster(tmp_path, marker, CRON_CELERY_BEAT_ALWAYS_LEAD="1") as env:
+        beat = start_beat(tmp_path, env, 0)
+        wait_for(lambda: CronExecution.objects.filter(task_name="catch-up-all").count() >= 2, timeout=60,
+                 what="the first slots")
+        stop(beat)
+        down_at = time.time()
+        time.sleep(8)
+        beat = start_beat(tmp_path, env, 0)
+        up_at = time.time()
+        time.sleep(6)
+        stop(beat)
+    jobs = {"catch-up-none": "none", "catch-up-latest": "latest", "catch-up-all": "all"}
+    for name, policy in jobs.items():
+        rows = list(CronExecution.objects.filter(task_name=name).order_by("slot"))
+        slots = [row.slot.timestamp() for row in rows]
+        assert {b - a for a, b in itertools.pairwise(slots)} == {2.0}, f"{name}: holes or duplicates"
+        gap = [row for row in rows if down_at + 1 < row.slot.timestamp() < up_at - 1]
+        assert len(gap) >= 3, f"{name}: {len(gap)} slots in the downtime"
+        missed = [row for row in gap if row.status == Status.MISSED]
+        late = [row for row in rows if row.trigger == Trigger.CATCH_UP]
+        if policy == "all":
+            assert not missed and {row.status for row in gap} == {Status.SUCCEEDED} and len(late) >= 3
+        else:
+            assert len(missed) == len(gap) and not late, f"{name}: {[(r.slot, r.status) for r in gap]}"
+            assert all(row.message.startswith("Missed") and row.completed for row in missed)
+        # After the restart, slots on time run again under every policy.
+        assert any(row.status == Status.SUCCEEDED and row.slot.timestamp() > up_at + 2 for row in rows), name
+    ran = Counter(line.split()[0] for line in marked(marker))
+    for name in jobs:
+        assert ran[name] == CronExecution.objects.filter(task_name=name, status=Status.SUCCEEDED).count()
+
+
+def test_admin_edits_reach_a_running_beat_without_a_restart(tmp_path, marker, admin_client):
+    """Issue test 6: the interval changed through the admin form, then the job disabled."""
+    with cluster(tmp_path, marker, CRON_CELERY_BEAT_ALWAYS_LEAD="1") as env:
+        beat = start_beat(tmp_path, env, 0)
+        try:
+            wait_for(lambda: CronExecution.objects.filter(task_name="tick-2s").count() >= 2, timeout=60,
+                     what="the first slots of tick-2s")
+            task = CronJob.objects.get(name="tick-2s").periodic_task
+            assert task is not None
+            five, _ = IntervalSchedule.objects.get_or_create(every=5, period=IntervalSchedule.SECONDS)
+            url = f"/admin/django_celery_beat/periodictask/{task.id}/change/"
+            assert submit(admin_client, url, {"interval": str(five.id)}).status_code == 302
+            edited = time.time()
+            later = dt.datetime.fromtimestamp(edited + 8, tz=dt.UTC)
+            wait_for(lambda: CronExecution.objects.filter(task_name="tick-2s", slot__gte=later).exists(),
+                     timeout=30, what="slots of the new schedule")
+            action = admin_client.post("/admin/django_celery_beat/periodictask/",
+                                       {"action": "disable_tasks", "_selected_action": [task.id]})
+            assert action.status_code == 302
+            disabled = time.time()
+            time.sleep(6)
+        finally:
+            stop(beat)
+    after_edit = [row.slot.timestamp() for row in CronExecution.objects.filter(task_name="tick-2s").order_by("slot")
+                  if row.slot.timestamp() > edited + 2]
+    assert after_edit and all(slot % 5 == 0 for slot in after_edit), after_edit  # every 5 s, epoch-aligned
+    assert all(slot < disabled + 1 for slot in after_edit), "dispatched after it was disabled"
+    job = CronJob.objects.get(name="tick-2s")
+    assert job.paused and job.next_run_at is None and job.schedule == "every 5s"
+    assert "schedule every 5 seconds" in beat_log(tmp_path, 0)

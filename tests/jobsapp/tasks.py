@@ -7,6 +7,8 @@ import datetime as dt
 import os
 import time
 
+from celery import shared_task
+
 from cron_celery import ExecutionPattern, JobFailed, Run, TrackedTask, cron_task, register_task
 from cron_celery.schedules import at, daily, every
 
@@ -97,3 +99,52 @@ def tick_1s(run: Run) -> str:
 def tick_2s(run: Run) -> str:
     mark(run, "tick-2s")
     return "tick"
+
+
+@cron_task(name="catch-up-none", code="T110", schedule=every(seconds=2), pattern="always", overlap="allow",
+           catch_up="none")
+def catch_up_none(run: Run) -> str:
+    mark(run, "catch-up-none")
+    return "tick"
+
+
+@cron_task(name="catch-up-latest", code="T111", schedule=every(seconds=2), pattern="always", overlap="allow",
+           catch_up="latest")
+def catch_up_latest(run: Run) -> str:
+    mark(run, "catch-up-latest")
+    return "tick"
+
+
+@cron_task(name="catch-up-all", code="T112", schedule=every(seconds=2), pattern="always", overlap="allow",
+           catch_up="all")
+def catch_up_all(run: Run) -> str:
+    mark(run, "catch-up-all")
+    return "tick"
+
+
+@shared_task(name="tests.jobsapp.tasks.plain_ping")
+def plain_ping() -> None:
+    """A plain Celery task (not a cron job) that a django-celery-beat periodic task sends."""
+    path = os.environ.get("CRON_TEST_MARKER")
+    if path:
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(f"plain-ping {time.time():.3f} {os.getpid()}\n")
+
+
+def _fleet(index: int) -> None:
+    """Twenty jobs on one- and two-second intervals, declared when CRON_TEST_FLEET is set."""
+
+    def body(run: Run) -> str:
+        mark(run, f"fleet-{index:02d}")
+        return "tick"
+
+    body.__name__ = body.__qualname__ = f"fleet_{index:02d}"
+    cron_task(name=f"fleet-{index:02d}", code=f"F{index:02d}", task_name=f"tests.jobsapp.tasks.fleet_{index:02d}",
+              schedule=every(seconds=1 + index % 2),
+              pattern="always" if index % 2 == 0 else "standard", overlap="allow" if index % 2 == 0 else "skip",
+              catch_up="all")(body)
+
+
+if os.environ.get("CRON_TEST_FLEET") == "1":
+    for _index in range(20):
+        _fleet(_index)
