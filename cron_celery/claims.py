@@ -21,7 +21,6 @@ import dataclasses
 import datetime as dt
 import json
 import uuid
-import zoneinfo
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
@@ -502,7 +501,7 @@ class Decision:
     next_run_at: dt.datetime
     run: list[dt.datetime]  # PENDING rows (CATCH_UP for all but the newest)
     missed: list[dt.datetime]  # MISSED rows
-    tz: zoneinfo.ZoneInfo  # for each slot's execution date
+    tz: dt.tzinfo  # for each slot's execution date
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
