@@ -51,6 +51,18 @@ class SyncReport:
                 f"{len(self.kept)} unchanged, {len(self.disabled)} disabled")
 
 
+def in_effect(job: registry.Job) -> registry.Job:
+    """The job with the schedule in effect: the admin's edit if there is one, else the code's."""
+    row = models.CronJob.objects.filter(code=job.code).values("schedule", "schedule_timezone").first()
+    if job.schedule is None or row is None or not row["schedule"]:
+        return job
+    try:
+        schedule = schedules.parse_expression(row["schedule"], row["schedule_timezone"] or None)
+    except exceptions.InvalidSchedule:
+        return job
+    return dataclasses.replace(job, schedule=schedule)
+
+
 def declaration_hash(job: registry.Job) -> str:
     """What the code says about when the job runs; a change makes the code win again."""
     assert job.schedule is not None

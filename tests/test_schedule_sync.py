@@ -64,6 +64,9 @@ def test_an_admin_edit_of_the_crontab_moves_the_next_slot_and_survives_the_next_
     report = schedule_sync.sync(NOW)  # the code did not change: the admin's schedule stays
     assert "nightly-report" in report.kept
     assert job_row("nightly-report").periodic_task.crontab_id == other.id
+    # run_cron_task DATE runs the day's slot of the schedule in effect.
+    edited = schedule_sync.in_effect(registry.get("nightly-report"))
+    assert edited.first_slot_on(dt.date(2026, 11, 29)) == dt.datetime(2026, 11, 29, 3, 30, tzinfo=dt.UTC)
 
 
 def test_editing_the_crontab_row_itself_reaches_every_job_that_uses_it(admin_client):

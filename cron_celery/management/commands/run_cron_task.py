@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from cron_celery import claims, exceptions, models, registry, runs, schedules, tasks
+from cron_celery import claims, exceptions, models, registry, runs, schedule_sync, schedules, tasks
 
 #: Exit codes: 0 ran (or the slot was already done), 1 failed or bad input, 2 refused.
 EXIT_OK, EXIT_FAILED, EXIT_REFUSED = 0, 1, 2
@@ -81,7 +81,7 @@ class Command(BaseCommand):
                     f"{job.timezone}, not on {day}.", value=at)
             return slot
         date = schedules.parse_date(day) if day else dt.datetime.now(job.tzinfo).date()
-        first = job.first_slot_on(date)
+        first = schedule_sync.in_effect(job).first_slot_on(date)
         if first is None:
             raise exceptions.InvalidSlot(
                 f"job {job.name!r} has no slot on {date} ({job.schedule}); name one with --at.",
