@@ -20,9 +20,9 @@ import datetime as dt
 import hashlib
 import logging
 
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
-from django_celery_beat.models import CrontabSchedule, IntervalSchedule, PeriodicTask
+from django_celery_beat.models import CrontabSchedule, IntervalSchedule, PeriodicTask, PeriodicTasks
 
 from cron_celery import exceptions, models, registry, runs, schedules
 
@@ -93,34 +93,76 @@ def sync(now: dt.datetime | None = None) -> SyncReport:
     """Bring django-celery-beat in line with the jobs declared in code (see module doc)."""
     report = SyncReport()
     declared = {job.code: job for job in registry.all_jobs() if job.schedule is not None}
-    job_ids = {code: runs.job_id(job, refresh=True) for code, job in declared.items()}
+    job_ids = runs.refresh_job_ids(list(declared.values()))
     known = {
         row["code"]: row
         for row in models.CronJob.objects.values("id", "code", "periodic_task_id", "declaration_hash")
     }
+    to_write: list[registry.Job] = []
     for code, job in declared.items():
         row = known.get(code)
-        digest = declaration_hash(job)
-        if row is not None and row["periodic_task_id"] is not None and row["declaration_hash"] == digest:
+        if row is not None and row["periodic_task_id"] is not None and row["declaration_hash"] == declaration_hash(job):
             report.kept.append(job.name)
-            continue
-        _write_from_code(job, job_ids[code], digest, report)
+        else:
+            to_write.append(job)
+    taken = set(PeriodicTask.objects.filter(name__in=[task_name_for(job) for job in to_write])
+                .values_list("name", flat=True))
+    fresh = [job for job in to_write if known[job.code]["periodic_task_id"] is None
+             and task_name_for(job) not in taken]
+    if fresh and _create_in_bulk(fresh, job_ids):
+        report.created += [job.name for job in fresh]
+        to_write = [job for job in to_write if job not in fresh]
+    for job in to_write:
+        _write_from_code(job, job_ids[job.code], declaration_hash(job), report)
     stale = [row for code, row in known.items() if code not in declared and row["periodic_task_id"] is not None]
     for row in stale:
         with transaction.atomic():
             models.CronJob.objects.filter(id=row["id"]).update(periodic_task=None, next_run_at=None)
             PeriodicTask.objects.filter(id=row["periodic_task_id"]).update(enabled=False)
         report.disabled.append(row["code"])
-    if stale:
-        from django_celery_beat.models import PeriodicTasks
-
-        PeriodicTasks.update_changed()
+    if stale or fresh:
+        PeriodicTasks.update_changed()  # bulk writes send no signals: tell django-celery-beat
     # Jobs no longer scheduled by anyone never fall due.
     models.CronJob.objects.filter(periodic_task__isnull=True).exclude(code__in=list(declared)).exclude(
         next_run_at=None).update(next_run_at=None)
     while apply_edits(now):
         pass
     return report
+
+
+def _create_in_bulk(jobs: list[registry.Job], job_ids: dict[str, int]) -> bool:
+    """Periodic tasks for jobs that never had one, in a few statements (thousands of new
+    jobs on a first start). False if another process created some meanwhile."""
+    rows: dict[tuple[str, str], dict[str, object]] = {}
+    tasks = []
+    for job in jobs:
+        assert job.schedule is not None
+        tz = job.schedule.timezone or job.timezone
+        key = (job.schedule.expression, tz if isinstance(job.schedule, schedules.Cron) else "")
+        if key not in rows:
+            rows[key] = _schedule_row(job.schedule, tz)
+        tasks.append(PeriodicTask(name=task_name_for(job), task=job.task_name, enabled=True,
+                                  description=str(job.schedule), **rows[key]))
+    try:
+        with transaction.atomic():
+            created = PeriodicTask.objects.bulk_create(tasks)
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    f"""
+                    UPDATE {JOB} AS job
+                       SET periodic_task_id = d.task_id, declaration_hash = d.digest,
+                           schedule_version = job.schedule_version + 1
+                      FROM unnest(%s::bigint[], %s::bigint[], %s::text[]) AS d(job_id, task_id, digest)
+                     WHERE job.id = d.job_id AND job.periodic_task_id IS NULL
+                    """,
+                    [[job_ids[job.code] for job in jobs], [task.id for task in created],
+                     [declaration_hash(job) for job in jobs]],
+                )
+                if cursor.rowcount != len(jobs):
+                    raise IntegrityError("another process linked some of these jobs meanwhile")
+    except IntegrityError:
+        return False
+    return True
 
 
 def _write_from_code(job: registry.Job, job_id: int, digest: str, report: SyncReport) -> None:
@@ -190,6 +232,7 @@ def apply_edits(now: dt.datetime | None = None, limit: int = 1000) -> int:
             [limit],
         )
         rows = cursor.fetchall()
+    updates: list[tuple[int, int, str, str, bool, dt.datetime | None]] = []
     for (job_id, version, stored, stored_tz, next_run_at, enabled, minute, hour, dom, moy, dow, tz,
          every, period, name, job_tz) in rows:
         schedule_text, schedule_tz = stored, stored_tz
@@ -208,16 +251,22 @@ def apply_edits(now: dt.datetime | None = None, limit: int = 1000) -> int:
                 changed = (schedule_text, schedule_tz) != (stored, stored_tz)
                 if enabled and (changed or next_run_at is None):
                     move, next_at = True, effective.next_after(now)
-                    logger.info("cron job %s: schedule %s; next slot %s", name, effective, schedules.iso(next_at))
+                    if stored and changed:  # an edit, not a job's first schedule
+                        logger.info("cron job %s: schedule %s; next slot %s", name, effective, schedules.iso(next_at))
             if not enabled:
                 move, next_at = True, None
+        updates.append((job_id, version, schedule_text, schedule_tz or "", move, next_at))
+    if updates:
         with connection.cursor() as cursor:
             cursor.execute(
                 f"""
-                UPDATE {JOB} SET schedule = %s, schedule_timezone = %s, schedule_seen = %s,
-                       next_run_at = CASE WHEN %s THEN %s ELSE next_run_at END
-                WHERE id = %s AND schedule_version = %s
+                UPDATE {JOB} AS job
+                   SET schedule = d.schedule, schedule_timezone = d.tz, schedule_seen = d.version,
+                       next_run_at = CASE WHEN d.move THEN d.next_run_at ELSE job.next_run_at END
+                  FROM unnest(%s::bigint[], %s::bigint[], %s::text[], %s::text[], %s::boolean[],
+                              %s::timestamptz[]) AS d(job_id, version, schedule, tz, move, next_run_at)
+                 WHERE job.id = d.job_id AND job.schedule_version = d.version
                 """,
-                [schedule_text, schedule_tz or "", version, move, next_at, job_id, version],
+                [list(column) for column in zip(*updates, strict=True)],
             )
     return len(rows)

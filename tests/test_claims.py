@@ -6,6 +6,7 @@ import datetime as dt
 
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from cron_celery import claims, models
 from cron_celery.models import CronExecution, CronJob, SkipReason, Status, Trigger
@@ -310,6 +311,26 @@ def test_ensure_job_is_idempotent_and_follows_the_declaration():
     changed = registry.declare(name=job.name, code=job.code, task_name=job.task_name, pattern="always")
     assert claims.ensure_job(changed) == job_id
     assert CronJob.objects.get(id=job_id).pattern == models.ExecutionPattern.ALWAYS
+
+
+def test_ensure_jobs_upserts_many_rows_in_one_statement_and_falls_back_on_a_stale_name():
+    from cron_celery import registry
+
+    jobs = [make_job()[0] for _ in range(3)]
+    ids = {job.code: CronJob.objects.get(code=job.code).id for job in jobs}
+    changed = [registry.declare(name=job.name, code=job.code, task_name=job.task_name, pattern="always")
+               for job in jobs]
+    new = registry.declare(name=f"{jobs[0].name}-fresh", code=f"{jobs[0].code}-F", task_name="x.fresh")
+    with CaptureQueriesContext(connection) as queries:
+        found = claims.ensure_jobs([*changed, new])
+    assert len([q for q in queries if not q["sql"].startswith(("SAVEPOINT", "RELEASE"))]) == 2
+    assert {code: found[code] for code in ids} == ids and new.code in found
+    assert set(CronJob.objects.filter(code__in=ids).values_list("pattern", flat=True)) == {"always"}
+    # A new code under an existing row's name: the bulk statement fails, each job is retried alone.
+    clash = registry.declare(name=jobs[1].name, code=f"{jobs[1].code}-B", task_name="x.clash")
+    again = claims.ensure_jobs([changed[0], clash])
+    assert again[changed[0].code] == ids[jobs[0].code] and again[clash.code] not in ids.values()
+    assert CronJob.objects.get(id=ids[jobs[1].code]).name == f"{jobs[1].name}-was-{jobs[1].code}"
 
 
 def test_the_database_refuses_two_executions_with_the_same_run_number():
