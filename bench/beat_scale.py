@@ -157,10 +157,11 @@ def uncounted(tally: SqlTally) -> Iterator[None]:
 
 
 class LogTally(logging.Filter):
-    """Counts cron_celery's log records and shows only errors.
+    """Counts the records that reach the ``cron_celery`` logger's handlers; shows only errors.
 
-    Attached to the handlers of the ``cron_celery`` logger: the first sync logs one WARNING
-    per job ("schedule ...; next slot ..."), which would flood the output at N = 10,000.
+    A record per job (e.g. "schedule ...; next slot ..." at the first sync, should its level
+    be raised to WARNING) would otherwise flood the output at N = 10,000; the counts go into
+    the results instead.
     """
 
     def __init__(self) -> None:
@@ -645,7 +646,7 @@ def table(n: int, dbs: dict[str, Any], ours: dict[str, Any]) -> list[str]:
         return f"  {label:<36} {left:>24} {right:>24} {rat:>9}"
 
     rows = [f"N = {n:,}", row("", "DatabaseScheduler", "cron_celery", "cc / DBS"),
-            row("jobs in place (insert / declare)", f"{dbs['prepare_s']:.3f} s", f"{ours['prepare_s']:.3f} s")]
+            row("jobs in place (bulk insert / declare)", f"{dbs['prepare_s']:.3f} s", f"{ours['prepare_s']:.3f} s")]
     for key, label in (("build_first", "build, first"), ("build_restart", "build, restart")):
         rows.append(row(label, f"{dbs[key]['seconds']:.3f} s", f"{ours[key]['seconds']:.3f} s",
                         ratio(ours[key]["seconds"], dbs[key]["seconds"])))

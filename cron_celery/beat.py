@@ -118,6 +118,7 @@ class Scheduler(DatabaseScheduler):  # type: ignore[misc]
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.leadership = Leadership(float(conf.settings.BEAT_LEASE_SECONDS))
         self._schedules: dict[tuple[str, str], schedules.Schedule] = {}
+        self.published = 0  # executions sent since start
         super().__init__(*args, **kwargs)
 
     def setup_schedule(self) -> None:
@@ -133,33 +134,39 @@ class Scheduler(DatabaseScheduler):  # type: ignore[misc]
         if not self.leadership.check():
             return self.tick_seconds
         plain = super().tick(*args, **kwargs)
+        wait = self.tick_seconds
         try:
             with signals_deferred():
-                self.dispatch_due()
+                wait = self.dispatch_due()
         except Exception:  # a failed round is retried next tick; beat must not die
             logger.exception("cron_celery beat: dispatch round failed")
-        return min(float(plain), self.tick_seconds)
+        return max(0.005, min(float(plain), wait))
 
-    def dispatch_due(self) -> int:
-        """Record and publish every due slot; returns how many were published.
+    def dispatch_due(self) -> float:
+        """Record and publish every due slot; returns how long to sleep until the next one
+        (at most ``tick_seconds``, so edits and other beats are noticed within a second).
 
-        Idle, this is one indexed query. Due jobs are planned in batches of ``BEAT_BATCH``,
-        each batch recorded in one statement and published over one broker connection.
+        Idle, this is one query. Due jobs are planned in batches of ``BEAT_BATCH``, each
+        batch recorded in one statement and published over one broker connection.
         """
-        now = timezone.now()
-        if not claims.next_due(now):
-            return 0
-        schedule_sync.apply_edits(now)
-        published = 0
         deadline = time.monotonic() + self.leadership.ttl / 3
         while True:
+            next_at, edited = claims.next_due()
+            now = timezone.now()
+            if edited:  # take edits in first: they may move or pause what is due
+                schedule_sync.apply_edits(now)
+                if time.monotonic() > deadline:
+                    return 0.0
+                continue
+            if next_at is None or next_at > now:
+                ahead = (next_at - now).total_seconds() if next_at is not None else self.tick_seconds
+                return min(self.tick_seconds, ahead)
             due = claims.due_jobs(now, limit=conf.settings.BEAT_BATCH)
             decisions = [decision for row in due if (decision := self.plan(row, now)) is not None]
             _advanced, to_publish, _missed = claims.dispatch_many(decisions)
-            published += self.publish({row.job_id: row for row in due}, to_publish)
-            if len(due) < conf.settings.BEAT_BATCH or time.monotonic() > deadline:
-                return published
-            now = timezone.now()
+            self.published += self.publish({row.job_id: row for row in due}, to_publish)
+            if time.monotonic() > deadline:
+                return 0.0
 
     def schedule_of(self, row: claims.DueJob) -> schedules.Schedule:
         key = (row.schedule, row.timezone)
@@ -183,24 +190,28 @@ class Scheduler(DatabaseScheduler):  # type: ignore[misc]
                                tz=zoneinfo.ZoneInfo(row.timezone))
 
     def publish(self, jobs: dict[int, claims.DueJob], to_publish: list[claims.ToPublish]) -> int:
-        """Send the executions this beat inserted, over one connection, oldest slot first.
+        """Send the executions this beat inserted, oldest slot first, over one connection and,
+        where the broker transport can (Redis, kombu >= 5.7), in pipelined batches.
 
-        If the broker fails, the rest of the round stays PENDING (and is logged).
+        If the broker fails, what was not sent stays PENDING (and is logged).
         """
-        sent = 0
         if not to_publish:
             return 0
+        sent = 0
         try:
             with self.app.producer_or_acquire() as producer:
-                for item in to_publish:
-                    headers = {tasks.HEADER_SLOT: schedules.iso(item.slot), tasks.HEADER_EXECUTION: item.execution_id,
-                               tasks.HEADER_TRIGGER: item.trigger}
-                    self.app.send_task(jobs[item.job_id].task, task_id=item.celery_task_id, headers=headers,
-                                       producer=producer)
-                    sent += 1
+                batch = getattr(producer, "batch", None)
+                with batch(max_size=conf.settings.BEAT_BATCH) if batch else contextlib.nullcontext():
+                    for item in to_publish:
+                        headers = {tasks.HEADER_SLOT: schedules.iso(item.slot),
+                                   tasks.HEADER_EXECUTION: item.execution_id, tasks.HEADER_TRIGGER: item.trigger}
+                        self.app.send_task(jobs[item.job_id].task, task_id=item.celery_task_id, headers=headers,
+                                           producer=producer)
+                        sent += 1
         except Exception:
-            logger.exception("could not publish %d of %d executions; they stay PENDING",
-                             len(to_publish) - sent, len(to_publish))
+            logger.exception("could not publish all of %d executions; those not sent stay PENDING",
+                             len(to_publish))
+            return 0
         return sent
 
     def close(self) -> None:

@@ -691,15 +691,18 @@ def due_jobs(now: dt.datetime, limit: int = 1000, among: list[int] | None = None
                        timezone=row[5], catch_up=row[6]) for row in cursor.fetchall()]
 
 
-def next_due(now: dt.datetime) -> bool:
-    """Whether any job is due or any schedule was edited: the idle tick's one cheap query."""
+def next_due() -> tuple[dt.datetime | None, bool]:
+    """The idle tick's one query: the earliest ``next_run_at`` of an unpaused job, and whether
+    any schedule was edited. Both halves are index lookups (``next_run_at``, and the partial
+    index of edited jobs, which the ``ORDER BY id LIMIT 1`` form lets the planner use)."""
     with connection.cursor() as cursor:
         cursor.execute(
             f"""
-            SELECT EXISTS (SELECT 1 FROM {JOB} WHERE next_run_at <= %s AND NOT paused)
-                OR EXISTS (SELECT 1 FROM {JOB} WHERE schedule_version <> schedule_seen)
-            """,
-            [now],
+            SELECT (SELECT next_run_at FROM {JOB} WHERE next_run_at IS NOT NULL AND NOT paused
+                    ORDER BY next_run_at LIMIT 1),
+                   EXISTS (SELECT id FROM {JOB} WHERE schedule_version <> schedule_seen ORDER BY id LIMIT 1)
+            """
         )
         row = cursor.fetchone()
-    return bool(row and row[0])
+    assert row is not None
+    return row[0], bool(row[1])

@@ -54,6 +54,7 @@ class Job:
 _lock = threading.RLock()
 _by_name: dict[str, Job] = {}
 _by_code: dict[str, Job] = {}
+_by_task: dict[str, Job] = {}
 _discovered = False
 
 
@@ -145,12 +146,13 @@ def register(job: Job) -> Job:
                     first=existing.task_name,
                     second=job.task_name,
                 )
-        stale = [old for old in _by_name.values() if old.task_name == job.task_name]
-        for old in stale:
+        old = _by_task.get(job.task_name)
+        if old is not None:
             _by_name.pop(old.name, None)
             _by_code.pop(old.code, None)
         _by_name[job.name] = job
         _by_code[job.code] = job
+        _by_task[job.task_name] = job
     return job
 
 
@@ -160,6 +162,7 @@ def unregister(name: str) -> None:
         job = _by_name.pop(name, None)
         if job is not None:
             _by_code.pop(job.code, None)
+            _by_task.pop(job.task_name, None)
 
 
 def autodiscover() -> None:
@@ -194,7 +197,4 @@ def get(name_or_code: str) -> Job:
 
 def by_task_name(task_name: str) -> Job | None:
     with _lock:
-        for job in _by_name.values():
-            if job.task_name == task_name:
-                return job
-    return None
+        return _by_task.get(task_name)

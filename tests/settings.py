@@ -86,5 +86,5 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "loggers": {"cron_celery": {"handlers": ["console"], "level": "WARNING"}},
+    "loggers": {"cron_celery": {"handlers": ["console"], "level": os.environ.get("CRON_TEST_LOG_LEVEL", "WARNING")}},
 }

@@ -39,7 +39,8 @@ def start_beat(tmp: Path, env: dict[str, str], index: int) -> subprocess.Popen[b
     return subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "tests.celery_app", "beat", "-S", "cron_celery.beat.Scheduler",
          "--loglevel", "INFO", "--max-interval", "1", "--pidfile", str(tmp / f"beat-{index}-{time.time()}.pid")],
-        cwd=ROOT, env=subprocess_env(**env), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        cwd=ROOT, env=subprocess_env(CRON_TEST_LOG_LEVEL="INFO", **env), stdout=log, stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
 
 
