@@ -694,13 +694,14 @@ def due_jobs(now: dt.datetime, limit: int = 1000, among: list[int] | None = None
 def next_due() -> tuple[dt.datetime | None, bool]:
     """The idle tick's one query: the earliest ``next_run_at`` of an unpaused job, and whether
     any schedule was edited. Both halves are index lookups (``next_run_at``, and the partial
-    index of edited jobs, which the ``ORDER BY id LIMIT 1`` form lets the planner use)."""
+    index of edited jobs: written as a scalar subquery, not ``EXISTS``, because only this form
+    lets the planner use it — ``EXISTS`` scans the whole table)."""
     with connection.cursor() as cursor:
         cursor.execute(
             f"""
             SELECT (SELECT next_run_at FROM {JOB} WHERE next_run_at IS NOT NULL AND NOT paused
                     ORDER BY next_run_at LIMIT 1),
-                   EXISTS (SELECT id FROM {JOB} WHERE schedule_version <> schedule_seen ORDER BY id LIMIT 1)
+                   (SELECT id FROM {JOB} WHERE schedule_version <> schedule_seen ORDER BY id LIMIT 1) IS NOT NULL
             """
         )
         row = cursor.fetchone()

@@ -111,7 +111,8 @@ def sync(now: dt.datetime | None = None) -> SyncReport:
              and task_name_for(job) not in taken]
     if fresh and _create_in_bulk(fresh, job_ids):
         report.created += [job.name for job in fresh]
-        to_write = [job for job in to_write if job not in fresh]
+        done = {job.code for job in fresh}
+        to_write = [job for job in to_write if job.code not in done]
     for job in to_write:
         _write_from_code(job, job_ids[job.code], declaration_hash(job), report)
     stale = [row for code, row in known.items() if code not in declared and row["periodic_task_id"] is not None]
@@ -134,6 +135,7 @@ def _create_in_bulk(jobs: list[registry.Job], job_ids: dict[str, int]) -> bool:
     """Periodic tasks for jobs that never had one, in a few statements (thousands of new
     jobs on a first start). False if another process created some meanwhile."""
     rows: dict[tuple[str, str], dict[str, object]] = {}
+    sentences: dict[schedules.Schedule, str] = {}  # describing a cron takes a while: once each
     tasks = []
     for job in jobs:
         assert job.schedule is not None
@@ -141,8 +143,10 @@ def _create_in_bulk(jobs: list[registry.Job], job_ids: dict[str, int]) -> bool:
         key = (job.schedule.expression, tz if isinstance(job.schedule, schedules.Cron) else "")
         if key not in rows:
             rows[key] = _schedule_row(job.schedule, tz)
+        if job.schedule not in sentences:
+            sentences[job.schedule] = str(job.schedule)
         tasks.append(PeriodicTask(name=task_name_for(job), task=job.task_name, enabled=True,
-                                  description=str(job.schedule), **rows[key]))
+                                  description=sentences[job.schedule], **rows[key]))
     try:
         with transaction.atomic():
             created = PeriodicTask.objects.bulk_create(tasks)
@@ -233,14 +237,18 @@ def apply_edits(now: dt.datetime | None = None, limit: int = 1000) -> int:
         )
         rows = cursor.fetchall()
     updates: list[tuple[int, int, str, str, bool, dt.datetime | None]] = []
+    parsed: dict[tuple[object, object], schedules.Schedule] = {}
     for (job_id, version, stored, stored_tz, next_run_at, enabled, minute, hour, dom, moy, dow, tz,
          every, period, name, job_tz) in rows:
         schedule_text, schedule_tz = stored, stored_tz
         move, next_at = False, next_run_at
         if enabled is not None:
+            crontab = (minute, hour, dom, moy, dow, str(tz or "")) if minute is not None else None
+            interval = (every, period) if every is not None else None
             try:
-                crontab = (minute, hour, dom, moy, dow, tz) if minute is not None else None
-                effective = effective_schedule(crontab, (every, period) if every is not None else None)
+                if (crontab, interval) not in parsed:  # thousands of jobs share a few schedules
+                    parsed[crontab, interval] = effective_schedule(crontab, interval)
+                effective = parsed[crontab, interval]
             except exceptions.InvalidSchedule as error:
                 logger.error("cron job %s: its periodic task's schedule cannot drive it (%s); "
                              "keeping %r", name, error, stored)
