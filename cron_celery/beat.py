@@ -44,18 +44,25 @@ def signals_deferred() -> Iterator[None]:
     """Hold SIGTERM/SIGINT until the block ends.
 
     Celery's beat turns SIGTERM into ``SystemExit`` wherever the main thread is; between the
-    commit of a PENDING row and its publish that would strand the row. The signal is
-    delivered as soon as the round is over.
+    commit of a PENDING row and its publish that would strand the row. While the block runs
+    the signals are only noted; they are raised again, to the handlers that were in place,
+    as soon as it ends. (Python handlers always run in the main thread, whichever thread
+    the kernel delivered the signal to, so a signal mask would not do.)
     """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    held = {signal.SIGTERM, signal.SIGINT}
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    caught: list[int] = []
+    previous = {number: signal.getsignal(number) for number in (signal.SIGTERM, signal.SIGINT)}
+    for number in previous:
+        signal.signal(number, lambda signum, _frame: caught.append(signum))
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        for number, handler in previous.items():
+            signal.signal(number, handler if handler is not None else signal.SIG_DFL)
+        for signum in dict.fromkeys(caught):
+            signal.raise_signal(signum)
 
 
 class Leadership:
