@@ -17,6 +17,7 @@ django-celery-beat's ``DatabaseScheduler``, untracked, from the leader only.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import logging
 import os
 import signal
@@ -169,7 +170,8 @@ class Scheduler(DatabaseScheduler):  # type: ignore[misc]
                 ahead = (next_at - now).total_seconds() if next_at is not None else self.tick_seconds
                 return min(self.tick_seconds, ahead)
             due = claims.due_jobs(now, limit=conf.settings.BEAT_BATCH)
-            decisions = [decision for row in due if (decision := self.plan(row, now)) is not None]
+            plans: dict[tuple[str, str, dt.datetime, str], schedules.CatchUpPlan | None] = {}
+            decisions = [decision for row in due if (decision := self.plan(row, now, plans)) is not None]
             _advanced, to_publish, _missed = claims.dispatch_many(decisions)
             self.published += self.publish({row.job_id: row for row in due}, to_publish)
             if time.monotonic() > deadline:
@@ -181,14 +183,23 @@ class Scheduler(DatabaseScheduler):  # type: ignore[misc]
             self._schedules[key] = schedules.parse_expression(row.schedule, row.timezone)
         return self._schedules[key]
 
-    def plan(self, row: claims.DueJob, now: Any) -> claims.Decision | None:
-        try:
-            schedule = self.schedule_of(row)
-        except exceptions.InvalidSchedule as error:
-            logger.error("cron job %s has no usable schedule (%s); run sync_cron_schedules", row.name, error)
+    def plan(self, row: claims.DueJob, now: dt.datetime,
+             plans: dict[tuple[str, str, dt.datetime, str], schedules.CatchUpPlan | None]) -> claims.Decision | None:
+        """The decision for one due job; ``plans`` shares the work between jobs with the same
+        schedule that fell due together (a thousand every-minute jobs plan once)."""
+        key = (row.schedule, row.timezone, row.next_run_at, row.catch_up)
+        if key not in plans:
+            try:
+                schedule = self.schedule_of(row)
+            except exceptions.InvalidSchedule as error:
+                logger.error("cron job %s has no usable schedule (%s); run sync_cron_schedules", row.name, error)
+                plans[key] = None
+            else:
+                plans[key] = schedules.plan_catch_up(schedule, row.next_run_at, now, row.catch_up,
+                                                     limit=conf.settings.CATCH_UP_LIMIT)
+        plan = plans[key]
+        if plan is None:
             return None
-        plan = schedules.plan_catch_up(schedule, row.next_run_at, now, row.catch_up,
-                                       limit=conf.settings.CATCH_UP_LIMIT)
         if plan.unrecorded_before is not None:
             logger.warning("cron job %s: down since %s; slots before %s are not recorded as MISSED",
                            row.name, schedules.iso(row.next_run_at), schedules.iso(plan.unrecorded_before))

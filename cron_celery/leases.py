@@ -90,8 +90,13 @@ def _tick() -> None:
         due = [entry for entry in _active.values() if entry.due <= now]
     for entry in due:
         renew(entry)
-    if not due and connection.connection is not None:
-        # Drop a broken connection between rounds so that a database restart heals.
+    if due or connection.connection is None:
+        return
+    with _lock:
+        idle = not _active
+    if idle:  # nothing to renew: give the connection back until a run needs it
+        connection.close()
+    else:  # drop a broken connection between rounds so that a database restart heals
         connection.close_if_unusable_or_obsolete()
 
 
