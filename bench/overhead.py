@@ -55,13 +55,13 @@ from typing import Any
 
 import psycopg
 import redis
-from psycopg import sql
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script: make ``bench`` and ``cron_celery`` importable
     sys.path.insert(0, str(ROOT))
 
 from bench.common import BenchError, log, run, write_results  # noqa: E402
+from bench.common import ensure_database as create_database  # noqa: E402
 
 os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
 
@@ -111,16 +111,7 @@ def ensure_database() -> str:
     from bench import settings as bench_settings
 
     db: dict[str, Any] = bench_settings.DATABASES["default"]
-    params: dict[str, Any] = {"host": db["HOST"], "port": db["PORT"], "user": db["USER"],
-                              "dbname": "postgres", "connect_timeout": 5}
-    if db["PASSWORD"]:
-        params["password"] = db["PASSWORD"]
-    with psycopg.connect(autocommit=True, **params) as conn:
-        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s",
-                              [db["NAME"]]).fetchone()
-        if exists is None:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(str(db["NAME"]))))
-            log(f"created database {db['NAME']}")
+    create_database(db)
     return str(db["NAME"])
 
 
