@@ -149,17 +149,20 @@ def test_a_paused_lock_holder_is_fenced_and_the_takeover_wins(masters, workers, 
 
 def test_flushing_the_lock_redis_does_not_let_a_second_run_start(masters, workers, tmp_path, marker):
     lock_redis = masters[0]
-    spawn(workers, tmp_path, [lock_redis.url], CRON_TEST_SLEEP="3")
+    spawn(workers, tmp_path, [lock_redis.url], CRON_TEST_SLEEP="6")
     send(0)
     wait_for(lambda: CronExecution.objects.filter(task_name=JOB, status=Status.RUNNING).exists(),
              what="the first run to start")
+    # The second worker is up before the lock is lost, so slot 1 reaches it while slot 0 runs
+    # (the first worker, solo and busy, reserves nothing more).
+    spawn(workers, tmp_path, [lock_redis.url], CRON_TEST_SLEEP="1")
     lock_redis.client().flushall()
-    spawn(workers, tmp_path, [lock_redis.url], CRON_TEST_SLEEP="3")
     send(1)
     wait_for(lambda: done() == 2, what="both slots to be handled")
     first = CronExecution.objects.get(task_name=JOB, slot=slot(0))
     second = CronExecution.objects.get(task_name=JOB, slot=slot(1))
     assert first.status == Status.SUCCEEDED
+    assert second.created_at < first.ended, "slot 1 was handled after slot 0 ended: nothing was tested"
     assert (second.status, second.skip_reason) == (Status.SKIPPED, SkipReason.OVERLAP)
     assert len(marked(marker)) == 1
 
