@@ -81,11 +81,14 @@ def test_one_master_down_locks_stay_exclusive_across_two_workers(masters, worker
         send(2 * wave)
         send(2 * wave + 1)
         wait_for(lambda: done() == 2 * wave + 2, what=f"wave {wave}")  # noqa: B023
-        time.sleep(0.1)  # the lock is released just after the outcome is written
+        # The lock is released just after the outcome is written: let it go before the next
+        # wave, so that each wave starts with a free lock however slow the machine is.
+        wait_for(lambda: not any(m.client().keys("redlock:cron_celery:job:*") for m in masters[:2]),
+                 timeout=10, what="the job lock to be released")
     rows = list(CronExecution.objects.filter(task_name=JOB))
     statuses = [r.status for r in rows]
     assert len(rows) == 50 and set(statuses) <= {Status.SUCCEEDED, Status.SKIPPED}
-    assert statuses.count(Status.SUCCEEDED) >= 15
+    assert statuses.count(Status.SUCCEEDED) >= 25  # each wave starts free: at least one of its two runs
     assert {r.skip_reason for r in rows if r.status == Status.SKIPPED} <= {
         SkipReason.LOCK_UNAVAILABLE, SkipReason.OVERLAP}
     assert_never_two_running(rows)
