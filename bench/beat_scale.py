@@ -59,7 +59,6 @@ import logging
 import math
 import os
 import platform
-import signal
 import statistics
 import sys
 import time
@@ -74,7 +73,16 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script: make ``bench`` and ``cron_celery`` importable
     sys.path.insert(0, str(ROOT))
 
-from bench.common import BenchError, ensure_database, log, run, write_results  # noqa: E402
+from bench.common import (  # noqa: E402
+    BenchError,
+    broker_client,
+    ensure_database,
+    log,
+    log_machine,
+    run,
+    stop_on_sigterm,
+    write_results,
+)
 
 QUEUE = f"beat-scale-{os.getpid()}"
 # Read when Django and Celery configure themselves (bench/settings.py, cron_celery.beat).
@@ -721,14 +729,8 @@ def main(argv: list[str] | None = None) -> int:
     if not 1 <= args.burst_cap <= 60:
         parser.error("--burst-cap is 1..60 seconds (the next minute's slots must not mix in)")
 
-    def on_term(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    signal.signal(signal.SIGTERM, on_term)
-
-    redis_url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
-    client = redis.Redis.from_url(redis_url)
-    client.ping()
+    stop_on_sigterm()
+    redis_url, client = broker_client()
     db_name = setup_django()
 
     import bench.tasks  # noqa: F401 - registers bench.noop, the DatabaseScheduler's task
@@ -754,9 +756,7 @@ def main(argv: list[str] | None = None) -> int:
     log(f"  PostgreSQL {header['postgresql']} ({db_name}), broker {redis_url}, queue {QUEUE}")
     log(f"  Python {header['python']}, Django {header['django']}, Celery {header['celery']}, "
         f"django-celery-beat {header['django_celery_beat']}; cron_celery BEAT_BATCH={header['beat_batch']}")
-    load1 = header["loadavg"][0]
-    log(f"  {header['cpus']} CPUs, load average {load1:.2f}"
-        + ("  (warning: the machine is busy; figures will be noisy)" if load1 > 0.7 else ""))
+    log_machine(header["cpus"], header["loadavg"][0], "noisy")
 
     results: dict[str, dict[str, Any]] = {}
     publishes = PublishLog(app)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -47,6 +49,31 @@ def ensure_database(db: dict[str, Any]) -> bool:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(str(db["NAME"]))))
     log(f"created database {db['NAME']}")
     return True
+
+
+def log_machine(cpus: int | None, load1: float, effect: str) -> None:
+    """One line on the machine; ``effect`` says what a busy machine does to the figures."""
+    busy = f"  (warning: the machine is busy; figures will be {effect})" if load1 > 0.7 else ""
+    log(f"  {cpus} CPUs, load average {load1:.2f}{busy}")
+
+
+def stop_on_sigterm() -> None:
+    """Turn SIGTERM into KeyboardInterrupt, so that a script's ``finally`` blocks clean up."""
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, on_term)
+
+
+def broker_client() -> tuple[str, Any]:
+    """The broker's URL (``REDIS_URL``) and a client that has answered a ping."""
+    import redis
+
+    url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+    client = redis.Redis.from_url(url)
+    client.ping()
+    return url, client
 
 
 def run(main: Callable[[], int]) -> None:

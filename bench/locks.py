@@ -61,7 +61,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script: make ``cron_celery`` importable
     sys.path.insert(0, str(ROOT))
 
-from bench.common import BenchError, log, run, write_results  # noqa: E402
+from bench.common import BenchError, log, log_machine, run, write_results  # noqa: E402
 
 TTL = 60  # seconds, cron_celery's default LOCK["TTL"]
 TAG = uuid.uuid4().hex[:8]
@@ -434,9 +434,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"TTL {TTL}s; a new key every iteration")
             log(f"  Python {header['python']}, Django {header['django']}, redis-py "
                 f"{header['redis_py']}, pottery {header['pottery']}")
-            load1 = header["loadavg_start"][0]
-            log(f"  {header['cpus']} CPUs, load average {load1:.2f}"
-                + ("  (warning: the machine is busy; figures will be high and noisy)" if load1 > 0.7 else ""))
+            log_machine(header["cpus"], header["loadavg_start"][0], "high and noisy")
             log("")
 
             variants = build_variants(urls)

@@ -60,7 +60,15 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script: make ``bench`` and ``cron_celery`` importable
     sys.path.insert(0, str(ROOT))
 
-from bench.common import BenchError, log, run, write_results  # noqa: E402
+from bench.common import (  # noqa: E402
+    BenchError,
+    broker_client,
+    log,
+    log_machine,
+    run,
+    stop_on_sigterm,
+    write_results,
+)
 from bench.common import ensure_database as create_database  # noqa: E402
 
 os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
@@ -533,15 +541,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--n must be at least 2")
     repeat = args.repeat or (1 if args.quick else 3)
 
-    # A SIGTERM must still stop the workers: turn it into an exception.
-    def on_term(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    signal.signal(signal.SIGTERM, on_term)
-
-    redis_url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
-    client = redis.Redis.from_url(redis_url)
-    client.ping()
+    stop_on_sigterm()  # a SIGTERM must still stop the workers
+    redis_url, client = broker_client()
     db_name = ensure_database()
     setup_django()
 
@@ -573,9 +574,7 @@ def main(argv: list[str] | None = None) -> int:
         f"fsync={facts['fsync']}); broker {redis_url}")
     log(f"  Python {header['python']}, Django {header['django']}, Celery {header['celery']}, "
         f"django-celery-results {header['django_celery_results']}, psycopg {header['psycopg']}")
-    load1 = header["loadavg"][0]
-    log(f"  {header['cpus']} CPUs, load average {load1:.2f}"
-        + ("  (warning: the machine is busy; figures will be low and noisy)" if load1 > 0.7 else ""))
+    log_machine(header["cpus"], header["loadavg"][0], "low and noisy")
 
     statements = count_statements(args.statement_runs)
     tracked_sql, results_sql = statements["tracked"], statements["results"]

@@ -101,27 +101,6 @@ def tick_2s(run: Run) -> str:
     return "tick"
 
 
-@cron_task(name="catch-up-none", code="T110", schedule=every(seconds=2), pattern="always", overlap="allow",
-           catch_up="none")
-def catch_up_none(run: Run) -> str:
-    mark(run, "catch-up-none")
-    return "tick"
-
-
-@cron_task(name="catch-up-latest", code="T111", schedule=every(seconds=2), pattern="always", overlap="allow",
-           catch_up="latest")
-def catch_up_latest(run: Run) -> str:
-    mark(run, "catch-up-latest")
-    return "tick"
-
-
-@cron_task(name="catch-up-all", code="T112", schedule=every(seconds=2), pattern="always", overlap="allow",
-           catch_up="all")
-def catch_up_all(run: Run) -> str:
-    mark(run, "catch-up-all")
-    return "tick"
-
-
 @shared_task(name="tests.jobsapp.tasks.plain_ping")
 def plain_ping() -> None:
     """A plain Celery task (not a cron job) that a django-celery-beat periodic task sends."""
@@ -131,20 +110,24 @@ def plain_ping() -> None:
             handle.write(f"plain-ping {time.time():.3f} {os.getpid()}\n")
 
 
-def _fleet(index: int) -> None:
-    """Twenty jobs on one- and two-second intervals, declared when CRON_TEST_FLEET is set."""
+def _ticker(name: str, code: str, seconds: int, **options: str) -> None:
+    """A job that marks each run, every ``seconds``, named ``name`` (task ``tests.jobsapp.tasks.<name>``)."""
 
     def body(run: Run) -> str:
-        mark(run, f"fleet-{index:02d}")
+        mark(run, name)
         return "tick"
 
-    body.__name__ = body.__qualname__ = f"fleet_{index:02d}"
-    cron_task(name=f"fleet-{index:02d}", code=f"F{index:02d}", task_name=f"tests.jobsapp.tasks.fleet_{index:02d}",
-              schedule=every(seconds=1 + index % 2),
-              pattern="always" if index % 2 == 0 else "standard", overlap="allow" if index % 2 == 0 else "skip",
-              catch_up="all")(body)
+    body.__name__ = body.__qualname__ = name.replace("-", "_")
+    cron_task(name=name, code=code, task_name=f"tests.jobsapp.tasks.{body.__name__}",
+              schedule=every(seconds=seconds), **options)(body)  # type: ignore[arg-type]
 
 
+# One two-second job per catch-up policy (tests/faults/test_beat.py stops a beat under them).
+for _code, _policy in (("T110", "none"), ("T111", "latest"), ("T112", "all")):
+    _ticker(f"catch-up-{_policy}", _code, 2, pattern="always", overlap="allow", catch_up=_policy)
+
+# Twenty jobs on one- and two-second intervals, declared when CRON_TEST_FLEET is set.
 if os.environ.get("CRON_TEST_FLEET") == "1":
     for _index in range(20):
-        _fleet(_index)
+        _ticker(f"fleet-{_index:02d}", f"F{_index:02d}", 1 + _index % 2, catch_up="all",
+                pattern="always" if _index % 2 == 0 else "standard", overlap="allow" if _index % 2 == 0 else "skip")
