@@ -9,8 +9,10 @@ class CronCeleryConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from cron_celery import checks, registry
+        from cron_celery import checks, reconciler, registry, shutdown
 
         checks.register()
+        shutdown.connect()
+        reconciler.connect()
         # Declare every job now, so a duplicate name or code stops start-up at once.
         registry.autodiscover()

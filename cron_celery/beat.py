@@ -112,6 +112,37 @@ class Leadership:
         self._lock, self.leading = None, False
 
 
+PlanKey = tuple[str, str, dt.datetime, str]
+
+
+def plan(row: claims.DueJob, now: dt.datetime, plans: dict[PlanKey, schedules.CatchUpPlan | None],
+         parsed: dict[tuple[str, str], schedules.Schedule]) -> claims.Decision | None:
+    """The decision for one due job. ``plans`` shares the work between jobs with the same
+    schedule that fell due together (a thousand every-minute jobs plan once); ``parsed``
+    caches schedules by (expression, timezone)."""
+    key = (row.schedule, row.timezone, row.next_run_at, row.catch_up)
+    if key not in plans:
+        try:
+            if (row.schedule, row.timezone) not in parsed:
+                parsed[(row.schedule, row.timezone)] = schedules.parse_expression(row.schedule, row.timezone)
+            schedule = parsed[(row.schedule, row.timezone)]
+        except exceptions.InvalidSchedule as error:
+            logger.error("cron job %s has no usable schedule (%s); run sync_cron_schedules", row.name, error)
+            plans[key] = None
+        else:
+            plans[key] = schedules.plan_catch_up(schedule, row.next_run_at, now, row.catch_up,
+                                                 limit=conf.settings.CATCH_UP_LIMIT)
+    planned = plans[key]
+    if planned is None:
+        return None
+    if planned.unrecorded_before is not None:
+        logger.warning("cron job %s: down since %s; slots before %s are not recorded as MISSED",
+                       row.name, schedules.iso(row.next_run_at), schedules.iso(planned.unrecorded_before))
+    return claims.Decision(job_id=row.job_id, expected_next_run_at=row.next_run_at,
+                           next_run_at=planned.next_run_at, run=planned.run, missed=planned.missed,
+                           tz=zoneinfo.ZoneInfo(row.timezone))
+
+
 class Scheduler(DatabaseScheduler):  # type: ignore[misc]
     """Celery beat scheduler for cron_celery jobs.
 
@@ -170,42 +201,16 @@ class Scheduler(DatabaseScheduler):  # type: ignore[misc]
                 ahead = (next_at - now).total_seconds() if next_at is not None else self.tick_seconds
                 return min(self.tick_seconds, ahead)
             due = claims.due_jobs(now, limit=conf.settings.BEAT_BATCH)
-            plans: dict[tuple[str, str, dt.datetime, str], schedules.CatchUpPlan | None] = {}
+            plans: dict[PlanKey, schedules.CatchUpPlan | None] = {}
             decisions = [decision for row in due if (decision := self.plan(row, now, plans)) is not None]
             _advanced, to_publish, _missed = claims.dispatch_many(decisions)
             self.published += self.publish({row.job_id: row for row in due}, to_publish)
             if time.monotonic() > deadline:
                 return 0.0
 
-    def schedule_of(self, row: claims.DueJob) -> schedules.Schedule:
-        key = (row.schedule, row.timezone)
-        if key not in self._schedules:
-            self._schedules[key] = schedules.parse_expression(row.schedule, row.timezone)
-        return self._schedules[key]
-
-    def plan(self, row: claims.DueJob, now: dt.datetime,
-             plans: dict[tuple[str, str, dt.datetime, str], schedules.CatchUpPlan | None]) -> claims.Decision | None:
-        """The decision for one due job; ``plans`` shares the work between jobs with the same
-        schedule that fell due together (a thousand every-minute jobs plan once)."""
-        key = (row.schedule, row.timezone, row.next_run_at, row.catch_up)
-        if key not in plans:
-            try:
-                schedule = self.schedule_of(row)
-            except exceptions.InvalidSchedule as error:
-                logger.error("cron job %s has no usable schedule (%s); run sync_cron_schedules", row.name, error)
-                plans[key] = None
-            else:
-                plans[key] = schedules.plan_catch_up(schedule, row.next_run_at, now, row.catch_up,
-                                                     limit=conf.settings.CATCH_UP_LIMIT)
-        plan = plans[key]
-        if plan is None:
-            return None
-        if plan.unrecorded_before is not None:
-            logger.warning("cron job %s: down since %s; slots before %s are not recorded as MISSED",
-                           row.name, schedules.iso(row.next_run_at), schedules.iso(plan.unrecorded_before))
-        return claims.Decision(job_id=row.job_id, expected_next_run_at=row.next_run_at,
-                               next_run_at=plan.next_run_at, run=plan.run, missed=plan.missed,
-                               tz=zoneinfo.ZoneInfo(row.timezone))
+    def plan(self, row: claims.DueJob, now: dt.datetime, plans: dict[PlanKey, schedules.CatchUpPlan | None]
+             ) -> claims.Decision | None:
+        return plan(row, now, plans, self._schedules)
 
     def publish(self, jobs: dict[int, claims.DueJob], to_publish: list[claims.ToPublish]) -> int:
         """Send the executions this beat inserted, oldest slot first, over one connection and,
@@ -221,9 +226,8 @@ class Scheduler(DatabaseScheduler):  # type: ignore[misc]
                 batch = getattr(producer, "batch", None)
                 with batch(max_size=conf.settings.BEAT_BATCH) if batch else contextlib.nullcontext():
                     for item in to_publish:
-                        headers = {tasks.HEADER_SLOT: schedules.iso(item.slot),
-                                   tasks.HEADER_EXECUTION: item.execution_id, tasks.HEADER_TRIGGER: item.trigger}
-                        self.app.send_task(jobs[item.job_id].task, task_id=item.celery_task_id, headers=headers,
+                        self.app.send_task(jobs[item.job_id].task, task_id=item.celery_task_id,
+                                           headers=tasks.headers(item.execution_id, item.slot, item.trigger),
                                            producer=producer)
                         sent += 1
         except Exception:

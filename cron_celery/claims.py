@@ -63,22 +63,23 @@ def ensure_job(job: registry.Job) -> int:
     The row is keyed by the job's code (its stable id): renaming a job keeps its history.
     A stale row that still holds the name under another code is renamed out of the way.
     """
-    params = [job.name, job.code, job.task_name, job.pattern, job.overlap, job.timezone,
-              job.description, job.catch_up]
+    params: list[str | int] = [job.name, job.code, job.task_name, job.pattern, job.overlap, job.timezone,
+                                job.description, job.catch_up, job.max_retries]
     upsert = f"""
         INSERT INTO {JOB} (name, code, task, pattern, overlap, timezone, description, catch_up,
-                           paused, fence, consecutive_failures, last_status,
+                           max_retries, paused, fence, consecutive_failures, last_status,
                            created_at, updated_at)
-        VALUES (%s, %s, %s, %s, %s, %s, %s, %s, false, 0, 0, '', now(), now())
+        VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, false, 0, 0, '', now(), now())
         ON CONFLICT (code) DO UPDATE SET
             name = EXCLUDED.name, task = EXCLUDED.task, pattern = EXCLUDED.pattern,
             overlap = EXCLUDED.overlap, timezone = EXCLUDED.timezone,
-            description = EXCLUDED.description, catch_up = EXCLUDED.catch_up, updated_at = now()
+            description = EXCLUDED.description, catch_up = EXCLUDED.catch_up,
+            max_retries = EXCLUDED.max_retries, updated_at = now()
         WHERE ({JOB}.name, {JOB}.task, {JOB}.pattern, {JOB}.overlap, {JOB}.timezone,
-               {JOB}.description, {JOB}.catch_up)
+               {JOB}.description, {JOB}.catch_up, {JOB}.max_retries)
           IS DISTINCT FROM (EXCLUDED.name, EXCLUDED.task, EXCLUDED.pattern,
                             EXCLUDED.overlap, EXCLUDED.timezone, EXCLUDED.description,
-                            EXCLUDED.catch_up)
+                            EXCLUDED.catch_up, EXCLUDED.max_retries)
         RETURNING id
         """
     for attempt in range(3):
@@ -112,23 +113,28 @@ def ensure_jobs(jobs: list[registry.Job]) -> dict[str, int]:
     if not jobs:
         return {}
     fields = ("name", "code", "task_name", "pattern", "overlap", "timezone", "description", "catch_up")
-    columns = [[str(getattr(job, field)) for job in jobs] for field in fields]
+    columns: list[list[Any]] = [[str(getattr(job, field)) for job in jobs] for field in fields]
+    columns.append([job.max_retries for job in jobs])
     try:
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(
                 f"""
                 INSERT INTO {JOB} AS job (name, code, task, pattern, overlap, timezone, description, catch_up,
-                                          paused, fence, consecutive_failures, last_status, created_at, updated_at)
+                                          max_retries, paused, fence, consecutive_failures, last_status,
+                                          created_at, updated_at)
                 SELECT d.*, false, 0, 0, '', now(), now()
                 FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[],
-                            %s::text[]) AS d
+                            %s::text[], %s::int[]) AS d
                 ON CONFLICT (code) DO UPDATE SET
                     name = EXCLUDED.name, task = EXCLUDED.task, pattern = EXCLUDED.pattern,
                     overlap = EXCLUDED.overlap, timezone = EXCLUDED.timezone,
-                    description = EXCLUDED.description, catch_up = EXCLUDED.catch_up, updated_at = now()
-                WHERE (job.name, job.task, job.pattern, job.overlap, job.timezone, job.description, job.catch_up)
+                    description = EXCLUDED.description, catch_up = EXCLUDED.catch_up,
+                    max_retries = EXCLUDED.max_retries, updated_at = now()
+                WHERE (job.name, job.task, job.pattern, job.overlap, job.timezone, job.description, job.catch_up,
+                       job.max_retries)
                   IS DISTINCT FROM (EXCLUDED.name, EXCLUDED.task, EXCLUDED.pattern, EXCLUDED.overlap,
-                                    EXCLUDED.timezone, EXCLUDED.description, EXCLUDED.catch_up)
+                                    EXCLUDED.timezone, EXCLUDED.description, EXCLUDED.catch_up,
+                                    EXCLUDED.max_retries)
                 """,
                 columns,
             )
@@ -227,8 +233,10 @@ def begin(
 
     With ``execution_id`` (a message from beat or ``--enqueue``) the existing row is
     claimed; without it a new execution (the next ``run_number``) is inserted.
-    ``lock_busy`` (another server holds the job's Redis lock) turns a claim that would
-    run into a ``LOCK_UNAVAILABLE`` skip; every other decision is still the database's.
+    ``lock_busy`` (another server holds the job's Redis lock) does not decide on its own:
+    a lock left behind by a killed worker must not block the next run, so the overlap
+    check reads the database (a live lease of another execution), and reports such a skip
+    as ``LOCK_UNAVAILABLE``.
     """
     if not lock_busy and not _needs_state(job, execution_id, force, rerun):
         fast = _claim_new(job=job, job_id=job_id, slot=slot, execution_date=execution_date,
@@ -259,7 +267,7 @@ def begin(
             if own in S.terminal() or (own == S.RUNNING and state["own_live"]):
                 return Claim(outcome=DUPLICATE, execution_id=execution_id, status_seen=own)
         reason = _decide(job, state, paused=paused, force=force, rerun=rerun)
-        if not reason and lock_busy:
+        if lock_busy and reason == models.SkipReason.OVERLAP:
             reason = models.SkipReason.LOCK_UNAVAILABLE
         if reason:
             return _record_skip(
@@ -274,6 +282,7 @@ def begin(
                     started = coalesce(started, clock_timestamp()), ended = NULL,
                     retry_count = retry_count + (CASE WHEN status = 'RUNNING' THEN 1 ELSE 0 END),
                     worker = %(worker)s, pid = %(pid)s,
+                    attempts = {_TAKEN_OVER} || {_RECLAIMED},
                     celery_task_id = coalesce(nullif(%(task_id)s, ''), celery_task_id)
                 WHERE id = %(id)s AND (status IN ('PENDING', 'RETRYING')
                       OR (status = 'RUNNING' AND lease_until <= now()))
@@ -298,7 +307,32 @@ def begin(
 INSERT_COLUMNS = """job_id, task_code, task_name, slot, execution_date, run_number,
     status, trigger, skip_reason, forced, created_at, started, ended, completed,
     success, message, error_code, traceback, retry_count, celery_task_id, worker,
-    pid, fence, lease_until"""
+    pid, fence, lease_until, attempts"""
+
+
+def _new_attempt(number: str, fence: str) -> str:
+    """SQL for a one-element JSON array: the attempt that starts now (``worker``/``pid``
+    parameters by name)."""
+    return (f"jsonb_build_array(jsonb_build_object('attempt', {number}, 'started', clock_timestamp(),"
+            f" 'worker', %(worker)s::text, 'pid', %(pid)s::int, 'fence', {fence}))")
+
+
+def _closed_attempts(status: str, code: str, message: str, when: str = "true") -> str:
+    """SQL for ``attempts`` with its last entry ended (when ``when`` holds): its status,
+    end time, error code and the first 500 characters of its message."""
+    return f"""(CASE WHEN jsonb_array_length(attempts) > 0 AND ({when})
+        THEN jsonb_set(attempts, ARRAY[(jsonb_array_length(attempts) - 1)::text],
+                       (attempts -> -1) || jsonb_build_object('status', {status}, 'ended', clock_timestamp(),
+                                                              'error_code', {code}, 'message', left({message}, 500)))
+        ELSE attempts END)"""
+
+
+_FIRST = _new_attempt("1", "%(fence)s")
+_ENDED = _closed_attempts("%(status)s", "%(code)s", "%(message)s")
+_FIRST_OF_NEW = _new_attempt("1", "j.fence")
+_RECLAIMED = _new_attempt("retry_count + (CASE WHEN status = 'RUNNING' THEN 1 ELSE 0 END) + 1", "%(fence)s")
+_TAKEN_OVER = _closed_attempts("'LOST'", "'LEASE_EXPIRED'", "'taken over after its lease expired'",
+                               "status = 'RUNNING'")
 
 
 def _claim_new(
@@ -331,7 +365,7 @@ def _claim_new(
                           WHERE job_id = %(job)s AND slot = %(slot)s), 0) + 1,
                 'RUNNING', %(trigger)s, '', %(forced)s, now(), clock_timestamp(), NULL, false, NULL,
                 '', '', '', 0, %(task_id)s, %(worker)s, %(pid)s, j.fence,
-                now() + make_interval(secs => %(lease)s)
+                now() + make_interval(secs => %(lease)s), {_FIRST_OF_NEW}
             FROM j
             ON CONFLICT (job_id, slot, run_number) DO NOTHING
             RETURNING id, run_number, fence
@@ -375,7 +409,7 @@ def _insert(
             INSERT INTO {EXE} (job_id, task_code, task_name, slot, execution_date, run_number,
                 status, trigger, skip_reason, forced, created_at, started, ended, completed,
                 success, message, error_code, traceback, retry_count, celery_task_id, worker,
-                pid, fence, lease_until)
+                pid, fence, lease_until, attempts)
             SELECT %(job)s, %(code)s, %(name)s, %(slot)s, %(date)s,
                 coalesce((SELECT max(run_number) FROM {EXE}
                           WHERE job_id = %(job)s AND slot = %(slot)s), 0) + 1,
@@ -383,7 +417,8 @@ def _insert(
                 CASE WHEN %(running)s THEN clock_timestamp() END, CASE WHEN %(finished)s THEN now() END,
                 %(finished)s, NULL, %(message)s, '', '', 0, %(task_id)s, %(worker)s, %(pid)s,
                 %(fence)s,
-                CASE WHEN %(running)s THEN now() + make_interval(secs => %(lease)s) END
+                CASE WHEN %(running)s THEN now() + make_interval(secs => %(lease)s) END,
+                CASE WHEN %(running)s THEN {_FIRST} ELSE '[]'::jsonb END
             ON CONFLICT (job_id, slot, run_number) DO NOTHING
             RETURNING id, run_number
             """,
@@ -509,7 +544,8 @@ def finish(
             e AS (
                 UPDATE {EXE} SET status = %(status)s, ended = clock_timestamp(), completed = true,
                     success = %(ok)s, message = %(message)s, error_code = %(code)s,
-                    traceback = %(tb)s, result = %(result)s::jsonb, lease_until = NULL
+                    traceback = %(tb)s, result = %(result)s::jsonb, lease_until = NULL,
+                    attempts = {_ENDED}
                 FROM j
                 WHERE {EXE}.id = %(id)s AND {EXE}.fence = %(fence)s AND {EXE}.status = 'RUNNING'
                 RETURNING {EXE}.job_id
@@ -525,6 +561,140 @@ def finish(
              "id": execution_id, "fence": fence, "job": job_id},
         )
         return bool(cursor.rowcount == 1)
+
+
+def retry(
+    *,
+    job_id: int,
+    execution_id: int,
+    fence: int,
+    status: str,
+    message: str,
+    error_code: str,
+    traceback: str,
+    countdown: float,
+) -> bool:
+    """End this attempt (``status``: FAILED or TIMED_OUT) and schedule the next one.
+
+    The execution becomes RETRYING with ``retry_count + 1`` and its next attempt due in
+    ``countdown`` seconds (kept in ``lease_until``, where the reconciler looks for retries
+    whose message never came). Written only if the fence still holds and the job's row
+    allows another attempt (``retry_count < max_retries``): the cap lives in the database,
+    so a redelivered message cannot loop. False: write the final outcome instead.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            WITH j AS (SELECT id, max_retries FROM {JOB} WHERE id = %(job)s FOR UPDATE)
+            UPDATE {EXE} SET status = 'RETRYING', retry_count = retry_count + 1,
+                message = %(message)s, error_code = %(code)s, traceback = %(tb)s,
+                lease_until = now() + make_interval(secs => %(countdown)s), pid = NULL,
+                attempts = {_ENDED}
+            FROM j
+            WHERE {EXE}.id = %(id)s AND {EXE}.fence = %(fence)s AND {EXE}.status = 'RUNNING'
+              AND {EXE}.retry_count < j.max_retries
+            """,
+            {"job": job_id, "id": execution_id, "fence": fence, "status": status, "message": message,
+             "code": error_code, "tb": traceback, "countdown": max(0.0, float(countdown))},
+        )
+        return bool(cursor.rowcount == 1)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Ended:
+    """An attempt ended by ``end_dead_attempts``, and where its execution stands now."""
+
+    execution_id: int
+    job_id: int
+    status: str  # RETRYING, or the final status
+    retry_count: int
+    slot: dt.datetime
+    trigger: str
+
+
+def end_dead_attempts(
+    *,
+    job_id: int,
+    status: str,
+    error_code: str,
+    message: str,
+    retry: bool = True,
+    worker: str = "",
+    pid: int | None = None,
+    execution_id: int | None = None,
+) -> Ended | None:
+    """The process running an attempt of this job is gone (killed, timed out, vanished).
+
+    The attempt is the job's RUNNING execution run by ``worker``/``pid`` (the worker's
+    parent saw its child die), or execution ``execution_id`` once its lease has expired
+    (the reconciler). It ends with ``status`` (LOST or TIMED_OUT) in the history. If
+    ``retry`` and the job's row allows another attempt, the execution becomes RETRYING, due
+    now; otherwise it ends with ``status`` and counts as a failure of the job. None when
+    nothing matched (it already ended, or another worker owns it now).
+    """
+    if execution_id is not None:
+        condition = f"{EXE}.id = %(id)s AND {EXE}.lease_until < now()"
+    else:
+        condition = f"{EXE}.worker = %(worker)s AND {EXE}.pid = %(pid)s"
+    again = f"(%(retry)s AND {EXE}.retry_count < j.max_retries)"
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            WITH j AS (SELECT id, max_retries FROM {JOB} WHERE id = %(job)s FOR UPDATE),
+            e AS (
+                UPDATE {EXE} SET
+                    status = CASE WHEN {again} THEN 'RETRYING' ELSE %(status)s END,
+                    retry_count = {EXE}.retry_count + CASE WHEN {again} THEN 1 ELSE 0 END,
+                    completed = NOT {again}, success = CASE WHEN {again} THEN NULL ELSE false END,
+                    ended = CASE WHEN {again} THEN NULL ELSE clock_timestamp() END,
+                    lease_until = CASE WHEN {again} THEN now() END,
+                    message = %(message)s, error_code = %(code)s, pid = NULL,
+                    attempts = {_ENDED}
+                FROM j
+                WHERE {EXE}.job_id = j.id AND {EXE}.status = 'RUNNING' AND {condition}
+                RETURNING {EXE}.id, {EXE}.job_id, {EXE}.status, {EXE}.retry_count, {EXE}.slot, {EXE}.trigger
+            ), counted AS (
+                UPDATE {JOB} SET consecutive_failures = consecutive_failures + 1, last_status = e.status,
+                    last_run_at = now()
+                FROM e WHERE {JOB}.id = e.job_id AND e.status <> 'RETRYING'
+                RETURNING 1
+            )
+            SELECT * FROM e ORDER BY id LIMIT 1
+            """,
+            {"job": job_id, "id": execution_id, "status": status, "code": error_code,
+             "message": message[:1000], "retry": retry, "worker": worker, "pid": pid},
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    return Ended(execution_id=int(row[0]), job_id=int(row[1]), status=str(row[2]), retry_count=int(row[3]),
+                 slot=row[4], trigger=str(row[5]))
+
+
+def close_unstarted(*, job_id: int, execution_id: int, status: str, error_code: str, message: str) -> bool:
+    """End a PENDING or RETRYING execution that never started: MISSED (the catch-up policy
+    will not run it late) or LOST (its message never arrived). LOST counts as a failure."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            WITH j AS (SELECT id FROM {JOB} WHERE id = %(job)s FOR UPDATE),
+            e AS (
+                UPDATE {EXE} SET status = %(status)s, completed = true,
+                    success = CASE WHEN %(status)s = 'MISSED' THEN NULL ELSE false END,
+                    ended = now(), lease_until = NULL, error_code = %(code)s, message = %(message)s
+                FROM j
+                WHERE {EXE}.id = %(id)s AND {EXE}.job_id = j.id AND {EXE}.status IN ('PENDING', 'RETRYING')
+                RETURNING {EXE}.job_id
+            )
+            UPDATE {JOB} SET consecutive_failures = consecutive_failures + 1, last_status = %(status)s,
+                last_run_at = now()
+            FROM e WHERE {JOB}.id = e.job_id AND %(status)s <> 'MISSED'
+            """,
+            {"job": job_id, "id": execution_id, "status": status, "code": error_code, "message": message[:1000]},
+        )
+        cursor.execute(f"SELECT status = %s FROM {EXE} WHERE id = %s", [status, execution_id])
+        row = cursor.fetchone()
+    return bool(row and row[0])
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -606,7 +776,7 @@ def dispatch_many(
                 SELECT s.job_id, a.code, a.name, s.slot, s.execution_date, 1, s.status, s.trigger, '',
                        false, now(), NULL, CASE WHEN s.status = %s THEN now() END, s.status = %s, NULL,
                        CASE WHEN s.status = %s THEN %s ELSE '' END, '', '', 0, s.celery_task_id, '',
-                       NULL, NULL, NULL
+                       NULL, NULL, NULL, '[]'::jsonb
                 FROM slots AS s JOIN advanced AS a ON a.id = s.job_id
                 ORDER BY s.job_id, s.slot
                 ON CONFLICT (job_id, slot, run_number) DO NOTHING

@@ -16,6 +16,9 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 LOCK_DEFAULTS: dict[str, Any] = {"MASTERS": None, "TTL": 60}
+RECONCILE_DEFAULTS: dict[str, Any] = {
+    "INTERVAL": 30, "PENDING_GRACE": 300, "REPUBLISH_LIMIT": 3, "MISSED_GRACE": 120, "BATCH": 500,
+}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -47,6 +50,17 @@ class Settings:
     #: Redlock settings: ``MASTERS`` (Redis URLs; ``None`` = the Celery broker when it is
     #: Redis) and ``TTL`` (seconds, renewed every third of it while a run lasts).
     LOCK: dict[str, Any] = dataclasses.field(default_factory=lambda: dict(LOCK_DEFAULTS))
+    #: Retries of a job that declares none (``max_retries``); 0 = a failure is final.
+    DEFAULT_MAX_RETRIES: int = 0
+    #: Soft and hard time limits (seconds) of a job that declares none; ``None`` = no limit.
+    DEFAULT_SOFT_TIME_LIMIT: float | None = None
+    DEFAULT_TIME_LIMIT: float | None = None
+    #: The reconciler: ``INTERVAL`` (seconds between passes on each worker; 0 turns the
+    #: built-in timer off), ``PENDING_GRACE`` (seconds a dispatched execution may wait for a
+    #: worker before its message is sent again), ``REPUBLISH_LIMIT`` (how many times),
+    #: ``MISSED_GRACE`` (seconds a due slot may go undispatched before it is recorded
+    #: MISSED) and ``BATCH`` (most rows one step of a pass handles).
+    RECONCILE: dict[str, Any] = dataclasses.field(default_factory=lambda: dict(RECONCILE_DEFAULTS))
 
 
 FIELDS = {field.name: field for field in dataclasses.fields(Settings)}
@@ -68,6 +82,8 @@ def load() -> Settings:
     values = {key: value for key, value in raw().items() if key in FIELDS}
     if isinstance(values.get("LOCK"), dict):
         values["LOCK"] = {**LOCK_DEFAULTS, **values["LOCK"]}
+    if isinstance(values.get("RECONCILE"), dict):
+        values["RECONCILE"] = {**RECONCILE_DEFAULTS, **values["RECONCILE"]}
     return Settings(**values)
 
 
@@ -120,3 +136,15 @@ def lock_masters() -> list[str]:
         return [str(url) for url in configured]
     broker = celery_broker_url()
     return [broker] if broker.startswith(("redis://", "rediss://")) else []
+
+
+def celery_visibility_timeout() -> float | None:
+    """Seconds before a Redis or SQS broker redelivers an unacknowledged message (None for
+    brokers without one, such as RabbitMQ)."""
+    from celery import current_app
+
+    url = celery_broker_url()
+    if not url.startswith(("redis://", "rediss://", "sqs://", "sentinel://")):
+        return None
+    options = current_app.conf.broker_transport_options or {}
+    return float(options.get("visibility_timeout", 3600))

@@ -51,4 +51,12 @@ class JobFailed(CronCeleryError):
 
 
 class LeaseLost(CronCeleryError):
-    """The run of job {job!r} lost its lease (another worker took it over, or shutdown was requested); stop now."""
+    """The run of job {job!r} lost its lease (another worker took it over); stop now."""
+
+    error_code = "LEASE_LOST"
+
+
+class Interrupted(CronCeleryError):
+    """The run of job {job!r} stopped because its worker is shutting down; it is tried again if attempts remain."""
+
+    error_code = "INTERRUPTED"

@@ -56,6 +56,13 @@ def track(
     _wake.set()
 
 
+def cancel_all() -> None:
+    """Set every active run's ``cancelled`` event (the worker is shutting down)."""
+    with _lock:
+        for entry in _active.values():
+            entry.cancelled.set()
+
+
 def untrack(execution_id: int) -> None:
     with _lock:
         _active.pop(execution_id, None)

@@ -106,6 +106,9 @@ class CronJob(models.Model):
     schedule_version = models.BigIntegerField(db_default=0)
     schedule_seen = models.BigIntegerField(db_default=0)
     fence = models.BigIntegerField(default=0, help_text="Grows with every claim of this job")
+    max_retries = models.IntegerField(
+        db_default=0, help_text="Attempts after the first one; enforced here, not only in the message"
+    )
     consecutive_failures = models.IntegerField(default=0)
     last_status = models.CharField(max_length=20, choices=Status.choices, blank=True)
     last_run_at = models.DateTimeField(null=True, blank=True)
@@ -154,7 +157,17 @@ class CronExecution(models.Model):
     worker = models.CharField(max_length=255, blank=True)
     pid = models.IntegerField(null=True, blank=True)
     fence = models.BigIntegerField(null=True, blank=True)
-    lease_until = models.DateTimeField(null=True, blank=True)
+    lease_until = models.DateTimeField(
+        null=True, blank=True,
+        help_text="RUNNING: the lease's end; RETRYING: when the next attempt is due",
+    )
+    attempts = models.JSONField(
+        db_default=models.Value([], output_field=models.JSONField()), blank=True,
+        help_text="Every ended attempt: number, status, times, worker, fence, error",
+    )
+    republished = models.SmallIntegerField(
+        db_default=0, help_text="How often the reconciler sent this execution's message again"
+    )
 
     class Meta:
         ordering = ["-slot", "-run_number"]
@@ -171,6 +184,9 @@ class CronExecution(models.Model):
             ),
             models.Index(fields=["completed"], name="cron_exec_completed"),
             models.Index(fields=["job", "status"], name="cron_exec_job_status"),
+            # The few executions not finished yet, for the reconciler.
+            models.Index(fields=["status"], name="cron_exec_open",
+                         condition=models.Q(status__in=["PENDING", "RUNNING", "RETRYING"])),
         ]
 
     def __str__(self) -> str:

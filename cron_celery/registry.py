@@ -34,6 +34,19 @@ class Job:
     description: str = ""
     schedule: schedules.Schedule | None = None
     catch_up: models.CatchUp = models.CatchUp.LATEST
+    #: Retries (see ``retries``): attempts after the first, the backoff (seconds, True = 1,
+    #: False = Celery's ``default_retry_delay``), its cap and jitter, which exceptions
+    #: retry, and whether a reported failure (``{"error": True}``, ``JobFailed``) does.
+    max_retries: int = 0
+    retry_backoff: float | bool = True
+    retry_backoff_max: float = 600
+    retry_jitter: bool = True
+    retry_on: tuple[type[BaseException], ...] = (Exception,)
+    retry_on_failure: bool = False
+    #: Seconds: the soft limit raises ``SoftTimeLimitExceeded`` in the job, the hard limit
+    #: kills the worker process; ``None`` = no limit.
+    soft_time_limit: float | None = None
+    time_limit: float | None = None
 
     @property
     def tzinfo(self) -> zoneinfo.ZoneInfo:
@@ -85,6 +98,14 @@ def declare(
     description: str = "",
     schedule: object = None,
     catch_up: object = None,
+    max_retries: object = None,
+    retry_backoff: object = True,
+    retry_backoff_max: object = 600,
+    retry_jitter: object = True,
+    retry_on: object = None,
+    retry_on_failure: object = False,
+    soft_time_limit: object = None,
+    time_limit: object = None,
 ) -> Job:
     """Validate a declaration and build its ``Job``; raises ``ImproperlyDeclared``."""
     if not isinstance(name, str) or not NAME_RE.match(name):
@@ -111,7 +132,30 @@ def declare(
             parsed.next_after(dt.datetime(2000, 1, 1, tzinfo=dt.UTC))  # it must fire at all
         except (exceptions.InvalidSchedule, ValueError) as exc:
             raise exceptions.ImproperlyDeclared(f"its schedule is invalid: {exc}", job=name) from exc
+    settings = conf.settings
+    retries = _number(name, "max_retries", settings.DEFAULT_MAX_RETRIES if max_retries is None else max_retries,
+                      integer=True)
+    assert retries is not None
+    backoff = retry_backoff if isinstance(retry_backoff, bool) else _number(name, "retry_backoff", retry_backoff)
+    backoff_max = _number(name, "retry_backoff_max", retry_backoff_max)
+    soft = _number(name, "soft_time_limit",
+                   settings.DEFAULT_SOFT_TIME_LIMIT if soft_time_limit is None else soft_time_limit,
+                   optional=True, positive=True)
+    hard = _number(name, "time_limit", settings.DEFAULT_TIME_LIMIT if time_limit is None else time_limit,
+                   optional=True, positive=True)
+    if soft is not None and hard is not None and soft >= hard:
+        raise exceptions.ImproperlyDeclared(
+            f"soft_time_limit ({soft:g} s) must be shorter than time_limit ({hard:g} s), so the job "
+            "can stop cleanly before it is killed.", job=name)
     return Job(
+        max_retries=int(retries),
+        retry_backoff=backoff if backoff is not None else True,
+        retry_backoff_max=backoff_max if backoff_max is not None else 600,
+        retry_jitter=bool(retry_jitter),
+        retry_on=_exception_types(name, retry_on),
+        retry_on_failure=bool(retry_on_failure),
+        soft_time_limit=soft,
+        time_limit=hard,
         schedule=parsed,
         catch_up=_choice(models.CatchUp, catch_up if catch_up is not None else "latest", name, "catch_up"),
         name=name,
@@ -132,6 +176,31 @@ def declare(
         timezone=tz,
         description=description,
     )
+
+
+def _number(
+    job: str, what: str, value: object, *, integer: bool = False, optional: bool = False, positive: bool = False
+) -> float | None:
+    """A non-negative number option (or None when ``optional``); raises ``ImproperlyDeclared``."""
+    if value is None and optional:
+        return None
+    kinds: tuple[type, ...] = (int,) if integer else (int, float)
+    number = float(value) if isinstance(value, kinds) and not isinstance(value, bool) else -1.0  # type: ignore[arg-type]
+    if number < 0 or (positive and number == 0):
+        kind = "an integer" if integer else "a number of seconds"
+        bound = "greater than 0" if positive else "at least 0"
+        raise exceptions.ImproperlyDeclared(f"{what} must be {kind} {bound}, not {value!r}.", job=job)
+    return number
+
+
+def _exception_types(job: str, value: object) -> tuple[type[BaseException], ...]:
+    if value is None:
+        return (Exception,)
+    items = value if isinstance(value, list | tuple) else (value,)
+    if not all(isinstance(item, type) and issubclass(item, BaseException) for item in items):
+        raise exceptions.ImproperlyDeclared(
+            f"retry_on must be an exception class or a tuple of them, not {value!r}.", job=job)
+    return tuple(items)
 
 
 def register(job: Job) -> Job:

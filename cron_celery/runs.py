@@ -18,7 +18,7 @@ from typing import Any
 from celery.exceptions import SoftTimeLimitExceeded
 from django.db import DatabaseError
 
-from cron_celery import claims, conf, exceptions, leases, locks, models, registry, schedules
+from cron_celery import claims, conf, exceptions, leases, locks, models, registry, retries, schedules, shutdown
 
 logger = logging.getLogger(__name__)
 S = models.Status
@@ -48,9 +48,17 @@ class Run:
     cancelled: threading.Event
 
     def check(self) -> None:
-        """Raise ``LeaseLost`` if this run lost its lease; call it between units of work."""
+        """Call it between units of work: raises ``Interrupted`` when the worker is shutting
+        down (the run is tried again if attempts remain) and ``LeaseLost`` when another
+        worker took this run over."""
         if self.cancelled.is_set():
+            if shutdown.requested.is_set():
+                raise exceptions.Interrupted(job=self.job)
             raise exceptions.LeaseLost(job=self.job)
+
+    def shutdown_requested(self) -> bool:
+        """True once the worker began a warm shutdown (SIGTERM): stop early if you can."""
+        return shutdown.requested.is_set()
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -67,6 +75,7 @@ class Outcome:
     error_code: str = ""
     result: Any = None
     exc: BaseException | None = None
+    countdown: float | None = None  # RETRYING: seconds until the next attempt
 
     @property
     def ok(self) -> bool:
@@ -191,8 +200,13 @@ def execute(
     force: bool = False,
     rerun: bool = False,
     celery_task_id: str = "",
+    allow_retry: bool = False,
 ) -> Outcome:
-    """Run one slot of a job through the claim, the call and the fenced finish."""
+    """Run one slot of a job through the claim, the call and the fenced finish.
+
+    With ``allow_retry`` (a run on a worker) a failed attempt that the job's retry policy
+    retries ends as RETRYING (``Outcome.countdown`` says when); the caller sends it again.
+    """
     tz = job.tzinfo
     execution_date = schedules.execution_date(slot, tz)
     lease = conf.settings.LEASE_SECONDS
@@ -235,6 +249,8 @@ def execute(
     )
     leases.track(claim.execution_id, claim.fence, lease, cancelled, extra,
                  job_lock if lock_state == locks.HELD else None)
+    if shutdown.requested.is_set():
+        cancelled.set()
     error: BaseException | None = None
     trace = ""
     try:
@@ -248,7 +264,18 @@ def execute(
             status, message, code, stored = interpret(value)
     finally:
         leases.untrack(claim.execution_id)
+    countdown: float | None = None
     try:
+        if allow_retry and retries.wanted(job, status, error, claim.retry_count):
+            countdown = retries.countdown(job, claim.retry_count)
+            if claims.retry(job_id=job_id(job), execution_id=claim.execution_id, fence=claim.fence,
+                            status=status, message=message, error_code=code, traceback=trace,
+                            countdown=countdown):
+                logger.warning("%s %s attempt %d %s, retrying in %.1f s: %s", job.name, schedules.iso(slot),
+                               run.attempt, status, countdown, message[:200], extra=extra)
+                return Outcome(job=job.name, slot=slot, status=S.RETRYING, execution_id=claim.execution_id,
+                               run_number=claim.run_number, message=message, error_code=code,
+                               exc=error, countdown=countdown)
         written = claims.finish(
             job_id=job_id(job), execution_id=claim.execution_id, fence=claim.fence,
             status=status, message=message, error_code=code, traceback=trace, result=stored,

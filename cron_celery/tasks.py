@@ -23,6 +23,29 @@ HEADER_RERUN = "cron_rerun"
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+#: Job options that ``cron_task`` and ``register_task`` take besides Celery's own.
+RETRY_OPTIONS = ("max_retries", "retry_backoff", "retry_backoff_max", "retry_jitter", "retry_on",
+                 "retry_on_failure", "soft_time_limit", "time_limit")
+
+
+def headers(execution_id: int, slot: dt.datetime, trigger: str, *, force: bool = False,
+            rerun: bool = False) -> dict[str, Any]:
+    """The message headers that point a delivery at its execution row."""
+    values: dict[str, Any] = {HEADER_SLOT: schedules.iso(slot), HEADER_EXECUTION: execution_id,
+                              HEADER_TRIGGER: trigger}
+    if force:
+        values[HEADER_FORCE] = True
+    if rerun:
+        values[HEADER_RERUN] = True
+    return values
+
+
+def send(app: celery.Celery, task_name: str, *, execution_id: int, slot: dt.datetime, trigger: str,
+         countdown: float | None = None, celery_task_id: str | None = None) -> None:
+    """Send a message for an existing execution (a retry, or the reconciler re-sending one)."""
+    app.send_task(task_name, task_id=celery_task_id, headers=headers(execution_id, slot, trigger),
+                  countdown=countdown)
+
 
 class TrackedTask(celery.Task):  # type: ignore[type-arg]
     """A Celery task that runs one slot of a job exactly once and records it.
@@ -38,6 +61,8 @@ class TrackedTask(celery.Task):  # type: ignore[type-arg]
     #: database claim refuses a second run of the same execution.
     acks_late = True
     reject_on_worker_lost = True
+    #: The worker's parent records a child killed by the hard time limit or lost (``parent``).
+    Request = "cron_celery.parent:CronRequest"
     #: Jobs take a ``Run``, not the message's arguments: do not check call signatures.
     typing = False
 
@@ -60,11 +85,19 @@ class TrackedTask(celery.Task):  # type: ignore[type-arg]
         trigger = request.get(HEADER_TRIGGER) or (
             models.Trigger.BEAT if execution_id is not None else models.Trigger.DIRECT
         )
+        on_worker = not (request.called_directly or request.is_eager)
         outcome = runs.execute(
             job, slot, lambda run: runs.call_job(self.run, run, *args, **kwargs),
             trigger=trigger, execution_id=int(execution_id) if execution_id else None,
-            force=force, rerun=rerun, celery_task_id=request.id or "",
+            force=force, rerun=rerun, celery_task_id=request.id or "", allow_retry=on_worker,
         )
+        if outcome.status == models.Status.RETRYING and outcome.execution_id is not None:
+            # The lock is released and the row says RETRYING; the new message claims it.
+            raise self.retry(
+                countdown=outcome.countdown, exc=outcome.exc if isinstance(outcome.exc, Exception) else None,
+                max_retries=job.max_retries,
+                headers=headers(outcome.execution_id, slot, trigger, force=force, rerun=rerun),
+            )
         if outcome.exc is not None:
             raise outcome.exc
         return {
@@ -80,6 +113,27 @@ class TrackedTask(celery.Task):  # type: ignore[type-arg]
 
     def execute(self, date: dt.date) -> Any:
         raise NotImplementedError(f"{type(self).__name__} must define execute(self, date)")
+
+
+def _split_options(job: str, options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(Celery's task options, the job's retry and time-limit policy)."""
+    for refused, instead in (("autoretry_for", "retry_on"), ("acks_late", None), ("reject_on_worker_lost", None)):
+        if refused in options:
+            hint = f"use {instead}= instead" if instead else "cron jobs always acknowledge late, safely"
+            raise exceptions.ImproperlyDeclared(f"{refused}= is not a cron job option ({hint}).", job=job)
+    policy = {key: options[key] for key in RETRY_OPTIONS if key in options}
+    rest = {key: value for key, value in options.items() if key not in policy}
+    return rest, policy
+
+
+def _celery_limits(job: registry.Job) -> dict[str, Any]:
+    """What Celery itself must know of the policy: its time limits and retry cap."""
+    limits: dict[str, Any] = {"max_retries": job.max_retries}
+    if job.soft_time_limit is not None:
+        limits["soft_time_limit"] = job.soft_time_limit
+    if job.time_limit is not None:
+        limits["time_limit"] = job.time_limit
+    return limits
 
 
 def _task_name(obj: Any) -> str:
@@ -124,12 +178,13 @@ def cron_task(
             raise exceptions.ImproperlyDeclared("give it a short stable code, e.g. code='A001'.",
                                                 job=job_name)
         tname = task_name or _task_name(fn)
+        options, policy = _split_options(job_name, celery_options)
         job = registry.register(registry.declare(
             name=job_name, code=code, task_name=tname, pattern=pattern, overlap=overlap,
             timezone=timezone, description=description or (fn.__doc__ or "").strip(),
-            schedule=schedule, catch_up=catch_up,
+            schedule=schedule, catch_up=catch_up, **policy,
         ))
-        return shared_task(name=tname, base=TrackedTask, job=job, **celery_options)(fn)  # type: ignore[no-untyped-call]
+        return shared_task(name=tname, base=TrackedTask, job=job, **options, **_celery_limits(job))(fn)  # type: ignore[no-untyped-call]
 
     if func is not None:
         return decorator(func)
@@ -156,12 +211,13 @@ def register_task(
             raise exceptions.ImproperlyDeclared(
                 "@register_task decorates a subclass of cron_celery.TrackedTask.", job=name
             )
-        tname = celery_options.pop("task_name", None) or _task_name(cls)
+        options, policy = _split_options(name, celery_options)
+        tname = options.pop("task_name", None) or _task_name(cls)
         job = registry.register(registry.declare(
             name=name, code=code, task_name=tname, pattern=execution_pattern or pattern,
             overlap=overlap, timezone=timezone,
             description=description or (cls.__doc__ or "").strip(),
-            schedule=schedule, catch_up=catch_up,
+            schedule=schedule, catch_up=catch_up, **policy,
         ))
 
         def entry(self: TrackedTask, run: runs.Run, *args: Any, **kwargs: Any) -> Any:
@@ -171,6 +227,6 @@ def register_task(
         entry.__qualname__ = cls.__qualname__
         entry.__module__ = cls.__module__
         entry.__doc__ = cls.__doc__
-        return shared_task(name=tname, base=cls, bind=True, job=job, **celery_options)(entry)  # type: ignore[no-untyped-call]
+        return shared_task(name=tname, base=cls, bind=True, job=job, **options, **_celery_limits(job))(entry)  # type: ignore[no-untyped-call]
 
     return decorator

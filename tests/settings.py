@@ -80,6 +80,13 @@ CRON_CELERY = {
         "MASTERS": [url for url in os.environ.get("CRON_TEST_LOCK_MASTERS", "").split(",") if url] or None,
         "TTL": float(os.environ.get("CRON_TEST_LOCK_TTL", "60")),
     },
+    # Off in the test process (tests call run_pass themselves); fault tests turn it on in
+    # their worker processes.
+    "RECONCILE": {
+        "INTERVAL": float(os.environ.get("CRON_TEST_RECONCILE_INTERVAL", "0")),
+        "PENDING_GRACE": float(os.environ.get("CRON_TEST_PENDING_GRACE", "300")),
+        "MISSED_GRACE": float(os.environ.get("CRON_TEST_MISSED_GRACE", "120")),
+    },
 }
 
 LOGGING = {

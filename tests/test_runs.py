@@ -45,7 +45,7 @@ def test_run_check_raises_lease_lost_once_cancelled():
 
     outcome = execute(job, body)
     assert outcome.status == Status.FAILED and isinstance(outcome.exc, exceptions.LeaseLost)
-    assert CronExecution.objects.get(id=outcome.execution_id).error_code == "LeaseLost"
+    assert CronExecution.objects.get(id=outcome.execution_id).error_code == "LEASE_LOST"
 
 
 def test_an_error_dict_is_a_failure_with_its_code_and_a_clean_dict_a_success():
