@@ -15,6 +15,7 @@ def register() -> None:
     checks.register(check_settings, TAG)
     checks.register(check_connection_reuse, TAG)
     checks.register(check_lock, TAG)
+    checks.register(check_timing, TAG)
 
 
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
@@ -112,4 +113,79 @@ def check_lock(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessa
             "a crashed worker's lock would outlive its database lease.",
             hint="Keep the lock TTL at or below the lease; both are renewed every third of it.",
             id="cron_celery.E007"))
+    return errors
+
+
+def check_timing(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """The timing rules of docs/reliability.md: the reconciler's settings, and each job's
+    time limits and retry waits against the broker's visibility timeout."""
+    try:
+        values = conf.load()
+    except TypeError:
+        return []  # reported by check_settings
+    errors: list[checks.CheckMessage] = []
+    for key, minimum in (("DEFAULT_MAX_RETRIES", 0),):
+        value = getattr(values, key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+            errors.append(checks.Error(f"CRON_CELERY[{key!r}] must be an integer of at least {minimum}, not {value!r}.",
+                                       id="cron_celery.E002"))
+    for key in ("DEFAULT_SOFT_TIME_LIMIT", "DEFAULT_TIME_LIMIT"):
+        value = getattr(values, key)
+        if value is not None and (not isinstance(value, int | float) or isinstance(value, bool) or value <= 0):
+            errors.append(checks.Error(f"CRON_CELERY[{key!r}] must be a number of seconds above 0 or None, "
+                                       f"not {value!r}.", id="cron_celery.E002"))
+    errors += _check_reconcile(values.RECONCILE)
+    errors += _check_jobs()
+    return errors
+
+
+def _check_reconcile(options: object) -> list[checks.CheckMessage]:
+    if not isinstance(options, dict):
+        return [checks.Error("CRON_CELERY['RECONCILE'] must be a dict.", id="cron_celery.E008")]
+    errors: list[checks.CheckMessage] = []
+    unknown = sorted(set(options) - set(conf.RECONCILE_DEFAULTS))
+    if unknown:
+        errors.append(checks.Error(
+            f"CRON_CELERY['RECONCILE'] has unknown keys {unknown}; use {', '.join(conf.RECONCILE_DEFAULTS)}.",
+            id="cron_celery.E008"))
+    rules = {"INTERVAL": (0, False), "PENDING_GRACE": (0, True), "MISSED_GRACE": (0, True),
+             "REPUBLISH_LIMIT": (0, False), "BATCH": (1, False)}
+    for key, (minimum, strict) in rules.items():
+        value = options.get(key)
+        good = isinstance(value, int | float) and not isinstance(value, bool) and (
+            value > minimum if strict else value >= minimum)
+        if key in ("REPUBLISH_LIMIT", "BATCH"):
+            good = good and isinstance(value, int)
+        if not good:
+            relation = "above" if strict else "at least"
+            errors.append(checks.Error(f"CRON_CELERY['RECONCILE'][{key!r}] must be a number {relation} {minimum}, "
+                                       f"not {value!r}.", id="cron_celery.E008"))
+    return errors
+
+
+def _check_jobs() -> list[checks.CheckMessage]:
+    """Against a broker that redelivers unacknowledged messages (Redis, SQS): a job still
+    running at ``visibility_timeout`` would have its message delivered again, and an ETA
+    message (a retry's countdown) held longer than half of it may be delivered twice."""
+    visibility = conf.celery_visibility_timeout()
+    if visibility is None:
+        return []
+    from cron_celery import registry, retries
+
+    errors: list[checks.CheckMessage] = []
+    for job in registry.all_jobs():
+        if job.time_limit is not None and job.time_limit >= visibility:
+            errors.append(checks.Error(
+                f"Job {job.name!r}: time_limit ({job.time_limit:g} s) must be shorter than the broker's "
+                f"visibility_timeout ({visibility:g} s), or the message is delivered again while the job runs.",
+                hint="Lower time_limit, or raise CELERY_BROKER_TRANSPORT_OPTIONS['visibility_timeout'].",
+                id="cron_celery.E009"))
+        if job.max_retries:
+            longest = retries.FIXED_DELAY if job.retry_backoff is False else float(job.retry_backoff_max)
+            if longest >= visibility / 2:
+                errors.append(checks.Error(
+                    f"Job {job.name!r}: a retry may wait {longest:g} s, which is not below half the broker's "
+                    f"visibility_timeout ({visibility:g} s / 2); a waiting retry would be delivered twice.",
+                    hint="Lower retry_backoff_max, or raise the visibility_timeout.",
+                    id="cron_celery.E010"))
     return errors

@@ -144,7 +144,8 @@ def _stranded(report: Report, options: dict[str, Any]) -> None:
             ):
                 report.abandoned += 1
             continue
-        if _mark_resent(execution_id) and _send(task_name, execution_id, slot, trigger, task_id or None):
+        if _send(task_name, execution_id, slot, trigger, task_id or None):  # counted only once sent
+            _mark_resent(execution_id)
             report.resent += 1
 
 

@@ -71,6 +71,9 @@ CELERY_TASK_DEFAULT_QUEUE = os.environ.setdefault(
 )
 CELERY_DB_REUSE_MAX = 1000
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+if os.environ.get("CRON_TEST_VISIBILITY_TIMEOUT"):  # fault tests: redeliver unacked messages soon
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": float(os.environ["CRON_TEST_VISIBILITY_TIMEOUT"]),
+                                       "unacked_restore_interval": 1, "unacked_restore_throttle": 1}
 
 # Worker subprocesses of fault tests get their lock masters and timings from the environment.
 CRON_CELERY = {

@@ -15,7 +15,9 @@ from tests.conftest import ROOT, subprocess_env
 
 
 class Worker:
-    def __init__(self, tmp: Path, env: dict[str, str], *, pool: str = "solo", concurrency: int = 1) -> None:
+    def __init__(self, tmp: Path, env: dict[str, str], *, pool: str = "solo", concurrency: int = 1,
+                 broker_url: str | None = None) -> None:
+        self.broker_url = broker_url  # None: the test session's broker
         self.name = f"fault-{uuid.uuid4().hex[:6]}@localhost"
         self.log = tmp / f"{self.name.split('@')[0]}.log"
         self.env = subprocess_env(**env)
@@ -33,7 +35,11 @@ class Worker:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"worker exited early:\n{self.output()[-3000:]}")
-            if app.control.ping(destination=[self.name], timeout=0.5):
+            if self.broker_url is not None:  # a broker of the test's own: the worker says when it is ready
+                if f"{self.name} ready." in self.output():
+                    return self
+                time.sleep(0.1)
+            elif app.control.ping(destination=[self.name], timeout=0.5):
                 return self
         raise RuntimeError(f"worker did not answer a ping:\n{self.output()[-3000:]}")
 

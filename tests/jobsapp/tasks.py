@@ -8,6 +8,7 @@ import os
 import time
 
 from celery import shared_task
+from celery.signals import task_postrun
 
 from cron_celery import ExecutionPattern, JobFailed, Run, TrackedTask, cron_task, register_task
 from cron_celery.schedules import at, daily, every
@@ -131,3 +132,79 @@ if os.environ.get("CRON_TEST_FLEET") == "1":
     for _index in range(20):
         _ticker(f"fleet-{_index:02d}", f"F{_index:02d}", 1 + _index % 2, catch_up="all",
                 pattern="always" if _index % 2 == 0 else "standard", overlap="allow" if _index % 2 == 0 else "skip")
+
+
+# Retries, time limits and dying workers (tests/test_retries.py, tests/faults/test_retries.py).
+def _stamp(run: Run, label: str) -> None:
+    mark(run, f"{label} attempt={run.attempt} t={time.time():.3f}")
+
+
+@cron_task(name="flaky-twice", code="T120", pattern="rerun_on_failure", max_retries=3, retry_backoff=1,
+           retry_jitter=False, retry_on=(ConnectionError,))
+def flaky_twice(run: Run) -> str:
+    """Fails its first two attempts with a retryable error, then succeeds."""
+    _stamp(run, "flaky-twice")
+    if run.attempt <= 2:
+        raise ConnectionError(f"partner API unreachable (attempt {run.attempt})")
+    return f"synced on attempt {run.attempt}"
+
+
+@cron_task(name="dies-once", code="T121", max_retries=2, retry_backoff=1, retry_jitter=False)
+def dies_once(run: Run) -> str:
+    """Waits to be killed on its first attempt (the test SIGKILLs the process); then succeeds."""
+    _stamp(run, "dies-once")
+    if run.attempt == 1:
+        time.sleep(60)
+    return f"done on attempt {run.attempt}"
+
+
+@cron_task(name="poison", code="T122", max_retries=2)
+def poison(run: Run) -> None:
+    """Kills its own process every time."""
+    _stamp(run, "poison")
+    os.kill(os.getpid(), 9)
+
+
+@cron_task(name="soft-limited", code="T123", pattern="always", max_retries=1, retry_backoff=1,
+           retry_jitter=False, soft_time_limit=1, time_limit=5)
+def soft_limited(run: Run) -> str:
+    """Sleeps past its soft time limit on every attempt."""
+    _stamp(run, "soft-limited")
+    time.sleep(4)
+    return "never"
+
+
+@cron_task(name="hard-limited", code="T124", pattern="always", time_limit=2)
+def hard_limited(run: Run) -> str:
+    """Ignores time at 01:00 (the hard limit kills it); returns at once for other slots."""
+    _stamp(run, "hard-limited")
+    if run.slot.minute == 0:
+        time.sleep(30)
+    return "quick"
+
+
+@cron_task(name="cooperative", code="T125", pattern="always", max_retries=1, retry_backoff=1, retry_jitter=False)
+def cooperative(run: Run) -> str:
+    """A long job that stops early when its worker shuts down (and is tried again later)."""
+    _stamp(run, "cooperative")
+    if run.attempt > 1:
+        return "finished on the second attempt"
+    for _ in range(600):
+        if run.shutdown_requested():
+            _stamp(run, "cooperative-saw-shutdown")
+        run.check()
+        time.sleep(0.1)
+    return "ran to the end"
+
+
+@cron_task(name="commit-then-die", code="T126", pattern="always")
+def commit_then_die(run: Run) -> str:
+    """Succeeds; a task_postrun hook then kills the worker before it acknowledges the message."""
+    _stamp(run, "commit-then-die")
+    return "ok"
+
+
+@task_postrun.connect
+def _die_after_commit(sender: object = None, **kwargs: object) -> None:
+    if getattr(sender, "name", "") == commit_then_die.name and os.environ.get("CRON_TEST_DIE_AFTER_COMMIT"):
+        os.killpg(os.getpgid(0), 9)  # the whole worker: the outcome is committed, the ack never sent
