@@ -224,3 +224,25 @@ def test_admin_edits_reach_a_running_beat_without_a_restart(tmp_path, marker, ad
     job = CronJob.objects.get(name="tick-2s")
     assert job.paused and job.next_run_at is None and job.schedule == "every 5s"
     assert "schedule every 5 seconds" in beat_log(tmp_path, 0)
+
+
+def test_a_leader_stopped_with_sigterm_hands_over_at_once_not_after_its_lease(tmp_path, marker):
+    """Graceful shutdown: the leader releases its lease (30 s here) on SIGTERM, so the
+    standby leads within a few ticks instead of waiting for the lease to run out."""
+    with cluster(tmp_path, marker, CRON_TEST_BEAT_LEASE_SECONDS="30") as env:
+        beats = [start_beat(tmp_path, env, i) for i in range(2)]
+        try:
+            wait_for(lambda: sum("is now the leader" in beat_log(tmp_path, i) for i in range(2)) == 1,
+                     timeout=60, what="a leader")
+            leader = next(i for i in range(2) if "is now the leader" in beat_log(tmp_path, i))
+            standby = 1 - leader
+            stop(beats[leader])  # SIGTERM, and waits for the process to exit
+            stopped = time.monotonic()
+            wait_for(lambda: "is now the leader" in beat_log(tmp_path, standby), timeout=40,
+                     what="the standby to take over")
+            took = time.monotonic() - stopped
+        finally:
+            for proc in beats:
+                stop(proc)
+    print(f"standby led {took:.1f} s after the leader stopped (lease 30 s)")
+    assert took < 10, f"the standby waited {took:.1f} s: the lease was not released"
