@@ -33,7 +33,7 @@ from django_celery_beat.schedulers import DatabaseScheduler
 from pottery import Redlock
 from pottery.exceptions import ExtendUnlockedLock, QuorumIsImpossible, ReleaseUnlockedLock
 
-from cron_celery import claims, conf, exceptions, locks, schedule_sync, schedules, tasks
+from cron_celery import claims, conf, exceptions, locks, outcomes, schedule_sync, schedules, tasks
 
 logger = logging.getLogger(__name__)
 
@@ -203,8 +203,10 @@ class Scheduler(DatabaseScheduler):  # type: ignore[misc]
             due = claims.due_jobs(now, limit=conf.settings.BEAT_BATCH)
             plans: dict[PlanKey, schedules.CatchUpPlan | None] = {}
             decisions = [decision for row in due if (decision := self.plan(row, now, plans)) is not None]
-            _advanced, to_publish, _missed = claims.dispatch_many(decisions)
+            _advanced, to_publish, missed = claims.dispatch_many(decisions)
             self.published += self.publish({row.job_id: row for row in due}, to_publish)
+            if missed:  # alerts for the outage, one per job
+                outcomes.missed(claims.newest_missed([d.job_id for d in decisions if d.missed]))
             if time.monotonic() > deadline:
                 return 0.0
 

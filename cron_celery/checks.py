@@ -16,6 +16,7 @@ def register() -> None:
     checks.register(check_connection_reuse, TAG)
     checks.register(check_lock, TAG)
     checks.register(check_timing, TAG)
+    checks.register(check_notifications, TAG)
 
 
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
@@ -188,4 +189,30 @@ def _check_jobs() -> list[checks.CheckMessage]:
                     f"visibility_timeout ({visibility:g} s / 2); a waiting retry would be delivered twice.",
                     hint="Lower retry_backoff_max, or raise the visibility_timeout.",
                     id="cron_celery.E010"))
+    return errors
+
+
+def check_notifications(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """Unknown channels and channels without their credentials (E011); a bad ADMIN_BASE_URL (E012)."""
+    try:
+        values = conf.load()
+    except TypeError:
+        return []
+    if not isinstance(values.NOTIFICATIONS, dict):
+        return [checks.Error("CRON_CELERY['NOTIFICATIONS'] must be a dict.", id="cron_celery.E011")]
+    from cron_celery import alerts
+
+    errors: list[checks.CheckMessage] = [
+        checks.Error(problem, hint="See docs/notifications.md.", id="cron_celery.E011") for problem in alerts.problems()
+    ]
+    for key in ("timeout", "max_attempts"):
+        value = values.NOTIFICATIONS.get(key)
+        if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
+            errors.append(checks.Error(
+                f"CRON_CELERY['NOTIFICATIONS'][{key!r}] must be a number above 0, not {value!r}.",
+                id="cron_celery.E011"))
+    base = values.ADMIN_BASE_URL
+    if base and not (isinstance(base, str) and base.startswith(("http://", "https://"))):
+        errors.append(checks.Error(f"CRON_CELERY['ADMIN_BASE_URL'] must start with http:// or https://, not {base!r}.",
+                                   id="cron_celery.E012"))
     return errors

@@ -34,6 +34,8 @@ EXE = models.CronExecution._meta.db_table
 #: Outcome of ``begin`` besides claiming or skipping: the execution was already
 #: finished or is running elsewhere (a broker redelivery); nothing was written.
 DUPLICATE = "DUPLICATE"
+#: ``Claim.status_seen`` of a duplicate whose execution has no attempt left to take over.
+CAPPED = "CAPPED"
 
 
 class JobRowMissing(LookupError):
@@ -63,23 +65,25 @@ def ensure_job(job: registry.Job) -> int:
     The row is keyed by the job's code (its stable id): renaming a job keeps its history.
     A stale row that still holds the name under another code is renamed out of the way.
     """
-    params: list[str | int] = [job.name, job.code, job.task_name, job.pattern, job.overlap, job.timezone,
-                                job.description, job.catch_up, job.max_retries]
+    params: list[str | int | None] = [job.name, job.code, job.task_name, job.pattern, job.overlap, job.timezone,
+                                job.description, job.catch_up, job.max_retries, job.alert_after, job.alert_repeat]
     upsert = f"""
         INSERT INTO {JOB} (name, code, task, pattern, overlap, timezone, description, catch_up,
-                           max_retries, paused, fence, consecutive_failures, last_status,
-                           created_at, updated_at)
-        VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, false, 0, 0, '', now(), now())
+                           max_retries, alert_after, alert_repeat, paused, fence, consecutive_failures,
+                           last_status, created_at, updated_at)
+        VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, false, 0, 0, '', now(), now())
         ON CONFLICT (code) DO UPDATE SET
             name = EXCLUDED.name, task = EXCLUDED.task, pattern = EXCLUDED.pattern,
             overlap = EXCLUDED.overlap, timezone = EXCLUDED.timezone,
             description = EXCLUDED.description, catch_up = EXCLUDED.catch_up,
-            max_retries = EXCLUDED.max_retries, updated_at = now()
+            max_retries = EXCLUDED.max_retries, alert_after = EXCLUDED.alert_after,
+            alert_repeat = EXCLUDED.alert_repeat, updated_at = now()
         WHERE ({JOB}.name, {JOB}.task, {JOB}.pattern, {JOB}.overlap, {JOB}.timezone,
-               {JOB}.description, {JOB}.catch_up, {JOB}.max_retries)
+               {JOB}.description, {JOB}.catch_up, {JOB}.max_retries, {JOB}.alert_after, {JOB}.alert_repeat)
           IS DISTINCT FROM (EXCLUDED.name, EXCLUDED.task, EXCLUDED.pattern,
                             EXCLUDED.overlap, EXCLUDED.timezone, EXCLUDED.description,
-                            EXCLUDED.catch_up, EXCLUDED.max_retries)
+                            EXCLUDED.catch_up, EXCLUDED.max_retries, EXCLUDED.alert_after,
+                            EXCLUDED.alert_repeat)
         RETURNING id
         """
     for attempt in range(3):
@@ -115,26 +119,29 @@ def ensure_jobs(jobs: list[registry.Job]) -> dict[str, int]:
     fields = ("name", "code", "task_name", "pattern", "overlap", "timezone", "description", "catch_up")
     columns: list[list[Any]] = [[str(getattr(job, field)) for job in jobs] for field in fields]
     columns.append([job.max_retries for job in jobs])
+    columns.append([job.alert_after for job in jobs])
+    columns.append([job.alert_repeat for job in jobs])
     try:
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(
                 f"""
                 INSERT INTO {JOB} AS job (name, code, task, pattern, overlap, timezone, description, catch_up,
-                                          max_retries, paused, fence, consecutive_failures, last_status,
-                                          created_at, updated_at)
+                                          max_retries, alert_after, alert_repeat, paused, fence,
+                                          consecutive_failures, last_status, created_at, updated_at)
                 SELECT d.*, false, 0, 0, '', now(), now()
                 FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[],
-                            %s::text[], %s::int[]) AS d
+                            %s::text[], %s::int[], %s::int[], %s::int[]) AS d
                 ON CONFLICT (code) DO UPDATE SET
                     name = EXCLUDED.name, task = EXCLUDED.task, pattern = EXCLUDED.pattern,
                     overlap = EXCLUDED.overlap, timezone = EXCLUDED.timezone,
                     description = EXCLUDED.description, catch_up = EXCLUDED.catch_up,
-                    max_retries = EXCLUDED.max_retries, updated_at = now()
+                    max_retries = EXCLUDED.max_retries, alert_after = EXCLUDED.alert_after,
+                    alert_repeat = EXCLUDED.alert_repeat, updated_at = now()
                 WHERE (job.name, job.task, job.pattern, job.overlap, job.timezone, job.description, job.catch_up,
-                       job.max_retries)
+                       job.max_retries, job.alert_after, job.alert_repeat)
                   IS DISTINCT FROM (EXCLUDED.name, EXCLUDED.task, EXCLUDED.pattern, EXCLUDED.overlap,
                                     EXCLUDED.timezone, EXCLUDED.description, EXCLUDED.catch_up,
-                                    EXCLUDED.max_retries)
+                                    EXCLUDED.max_retries, EXCLUDED.alert_after, EXCLUDED.alert_repeat)
                 """,
                 columns,
             )
@@ -157,15 +164,18 @@ def _slot_state(cursor: Any, job_id: int, slot: dt.datetime, me: int) -> dict[st
                   AND lease_until <= now()),
           bool_or(id <> %(me)s AND status = 'RUNNING' AND lease_until > now()),
           max(status) FILTER (WHERE id = %(me)s),
-          bool_or(id = %(me)s AND lease_until > now())
+          bool_or(id = %(me)s AND lease_until > now()),
+          bool_or(id = %(me)s AND forced),
+          max(retry_count) FILTER (WHERE id = %(me)s)
         FROM {EXE}
         WHERE job_id = %(job)s AND (slot = %(slot)s OR status = 'RUNNING' OR id = %(me)s)
         """,
         {"me": me, "slot": slot, "job": job_id},
     )
     row = cursor.fetchone()
-    keys = ("succeeded", "failed", "live", "stale", "job_live", "own_status", "own_live")
-    return {key: (row[i] or False) if i != 5 else row[i] for i, key in enumerate(keys)}
+    keys = ("succeeded", "failed", "live", "stale", "job_live", "own_status", "own_live", "own_forced",
+            "own_retries")
+    return {key: row[i] if key in ("own_status", "own_retries") else (row[i] or False) for i, key in enumerate(keys)}
 
 
 def _decide(
@@ -247,16 +257,16 @@ def begin(
     with transaction.atomic(), connection.cursor() as cursor:
         # 1. Lock the job's row and take the next fence in one statement.
         cursor.execute(
-            f"UPDATE {JOB} SET fence = fence + 1 WHERE id = %s RETURNING fence, paused",
+            f"UPDATE {JOB} SET fence = fence + 1 WHERE id = %s RETURNING fence, paused, max_retries",
             [job_id],
         )
         locked = cursor.fetchone()
         if locked is None:
             raise JobRowMissing(job.name)
-        fence, paused = locked
+        fence, paused, max_retries = locked
         state: dict[str, Any] = {
             "succeeded": False, "failed": False, "live": False, "stale": False,
-            "job_live": False, "own_status": None, "own_live": False,
+            "job_live": False, "own_status": None, "own_live": False, "own_forced": False, "own_retries": None,
         }
         if lock_busy or _needs_state(job, execution_id, force, rerun):
             state = _slot_state(cursor, job_id, slot, execution_id or 0)
@@ -266,6 +276,13 @@ def begin(
                 return Claim(outcome=DUPLICATE, execution_id=execution_id, status_seen="MISSING")
             if own in S.terminal() or (own == S.RUNNING and state["own_live"]):
                 return Claim(outcome=DUPLICATE, execution_id=execution_id, status_seen=own)
+            if own == S.RUNNING and (state["own_retries"] or 0) >= max_retries:
+                # Its worker vanished on the last allowed attempt: taking it over would be one
+                # attempt too many (a job that kills its whole worker would loop). The caller
+                # records it LOST instead.
+                return Claim(outcome=DUPLICATE, execution_id=execution_id, status_seen=CAPPED)
+            # A run sent with --force/--rerun keeps that choice when its message is sent again.
+            rerun = rerun or bool(state["own_forced"])
         reason = _decide(job, state, paused=paused, force=force, rerun=rerun)
         if lock_busy and reason == models.SkipReason.OVERLAP:
             reason = models.SkipReason.LOCK_UNAVAILABLE
@@ -533,6 +550,22 @@ def finish(
 
     Returns False (and writes nothing) when another claim has taken the execution over.
     """
+    return finish_counting(job_id=job_id, execution_id=execution_id, fence=fence, status=status,
+                           message=message, error_code=error_code, traceback=traceback, result=result) is not None
+
+
+def finish_counting(
+    *,
+    job_id: int,
+    execution_id: int,
+    fence: int,
+    status: str,
+    message: str = "",
+    error_code: str = "",
+    traceback: str = "",
+    result: Any = None,
+) -> int | None:
+    """``finish``, returning the job's failures in a row before this outcome (None: fenced)."""
     succeeded = status == S.SUCCEEDED
     with connection.cursor() as cursor:
         # One statement, locks taken in the same order as ``begin``: the job's row first
@@ -540,7 +573,7 @@ def finish(
         # version; the job's aggregates change only if the execution did.
         cursor.execute(
             f"""
-            WITH j AS (SELECT id FROM {JOB} WHERE id = %(job)s FOR UPDATE),
+            WITH j AS (SELECT id, consecutive_failures FROM {JOB} WHERE id = %(job)s FOR UPDATE),
             e AS (
                 UPDATE {EXE} SET status = %(status)s, ended = clock_timestamp(), completed = true,
                     success = %(ok)s, message = %(message)s, error_code = %(code)s,
@@ -551,16 +584,52 @@ def finish(
                 RETURNING {EXE}.job_id
             )
             UPDATE {JOB} SET
-                consecutive_failures = CASE WHEN %(ok)s THEN 0 ELSE consecutive_failures + 1 END,
+                consecutive_failures = CASE WHEN %(ok)s THEN 0 ELSE {JOB}.consecutive_failures + 1 END,
                 last_success_at = CASE WHEN %(ok)s THEN now() ELSE last_success_at END,
                 last_status = %(status)s, last_run_at = now()
-            FROM e WHERE {JOB}.id = e.job_id
+            FROM e, j WHERE {JOB}.id = e.job_id AND j.id = e.job_id
+            RETURNING j.consecutive_failures
             """,
             {"status": status, "ok": succeeded, "message": message, "code": error_code,
              "tb": traceback, "result": None if result is None else json.dumps(result),
              "id": execution_id, "fence": fence, "job": job_id},
         )
-        return bool(cursor.rowcount == 1)
+        row = cursor.fetchone()
+    return None if row is None else int(row[0])
+
+
+def job_code(job_id: int) -> str | None:
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT code FROM {JOB} WHERE id = %s", [job_id])
+        row = cursor.fetchone()
+    return str(row[0]) if row else None
+
+
+def newest_missed(job_ids: list[int]) -> list[tuple[int, int]]:
+    """(job id, newest MISSED execution id) of these jobs' slots recorded MISSED in the last minute."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            SELECT DISTINCT ON (job_id) job_id, id FROM {EXE}
+            WHERE job_id = ANY(%s) AND status = 'MISSED' AND created_at > now() - interval '1 minute'
+            ORDER BY job_id, slot DESC
+            """,
+            [job_ids],
+        )
+        return [(int(row[0]), int(row[1])) for row in cursor.fetchall()]
+
+
+def set_checkin(execution_id: int, check_in_id: str) -> None:
+    """Keep the Sentry check-in id of an execution (sent at its first claim)."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"UPDATE {EXE} SET sentry_checkin_id = %s WHERE id = %s", [check_in_id, execution_id])
+
+
+def checkin_of(execution_id: int) -> str:
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT sentry_checkin_id FROM {EXE} WHERE id = %s", [execution_id])
+        row = cursor.fetchone()
+    return str(row[0]) if row else ""
 
 
 def retry(
@@ -591,8 +660,8 @@ def retry(
                 lease_until = now() + make_interval(secs => %(countdown)s), pid = NULL,
                 attempts = {_ENDED}
             FROM j
-            WHERE {EXE}.id = %(id)s AND {EXE}.fence = %(fence)s AND {EXE}.status = 'RUNNING'
-              AND {EXE}.retry_count < j.max_retries
+            WHERE {EXE}.id = %(id)s AND {EXE}.job_id = j.id AND {EXE}.fence = %(fence)s
+              AND {EXE}.status = 'RUNNING' AND {EXE}.retry_count < j.max_retries
             """,
             {"job": job_id, "id": execution_id, "fence": fence, "status": status, "message": message,
              "code": error_code, "tb": traceback, "countdown": max(0.0, float(countdown))},
@@ -842,10 +911,14 @@ class DueJob:
     catch_up: str
 
 
-def due_jobs(now: dt.datetime, limit: int = 1000, among: list[int] | None = None) -> list[DueJob]:
+def due_jobs(now: dt.datetime, limit: int = 1000, among: list[int] | None = None,
+             skip_catch_up: str | None = None) -> list[DueJob]:
     """Unpaused jobs whose next slot is due, oldest first, through the index on
-    ``next_run_at``; ``among`` limits it to some job ids."""
+    ``next_run_at``; ``among`` limits it to some job ids, ``skip_catch_up`` leaves out the
+    jobs with that catch-up policy."""
     only = "" if among is None else "AND id = ANY(%s)"
+    if skip_catch_up is not None:
+        only += f" AND catch_up <> '{models.CatchUp(skip_catch_up).value}'"
     with connection.cursor() as cursor:
         cursor.execute(
             f"""

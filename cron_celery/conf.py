@@ -16,6 +16,9 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 LOCK_DEFAULTS: dict[str, Any] = {"MASTERS": None, "TTL": 60}
+NOTIFICATION_DEFAULTS: dict[str, Any] = {
+    "on_failure": [], "on_recovery": [], "on_success": [], "timeout": 10, "max_attempts": 5,
+}
 RECONCILE_DEFAULTS: dict[str, Any] = {
     "INTERVAL": 30, "PENDING_GRACE": 300, "REPUBLISH_LIMIT": 3, "MISSED_GRACE": 120, "BATCH": 500,
 }
@@ -61,6 +64,12 @@ class Settings:
     #: ``MISSED_GRACE`` (seconds a due slot may go undispatched before it is recorded
     #: MISSED) and ``BATCH`` (most rows one step of a pass handles).
     RECONCILE: dict[str, Any] = dataclasses.field(default_factory=lambda: dict(RECONCILE_DEFAULTS))
+    #: Alerts: which channels hear of which events (``on_failure``, ``on_recovery``,
+    #: ``on_success``), each channel's options under its name, ``timeout`` (seconds per
+    #: delivery) and ``max_attempts``. See docs/notifications.md.
+    NOTIFICATIONS: dict[str, Any] = dataclasses.field(default_factory=lambda: dict(NOTIFICATION_DEFAULTS))
+    #: Where the admin is served (``https://ops.example.com``): alerts link to the execution.
+    ADMIN_BASE_URL: str = ""
 
 
 FIELDS = {field.name: field for field in dataclasses.fields(Settings)}
@@ -82,6 +91,8 @@ def load() -> Settings:
     values = {key: value for key, value in raw().items() if key in FIELDS}
     if isinstance(values.get("LOCK"), dict):
         values["LOCK"] = {**LOCK_DEFAULTS, **values["LOCK"]}
+    if isinstance(values.get("NOTIFICATIONS"), dict):
+        values["NOTIFICATIONS"] = {**NOTIFICATION_DEFAULTS, **values["NOTIFICATIONS"]}
     if isinstance(values.get("RECONCILE"), dict):
         values["RECONCILE"] = {**RECONCILE_DEFAULTS, **values["RECONCILE"]}
     return Settings(**values)

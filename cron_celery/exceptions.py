@@ -10,7 +10,7 @@ class CronCeleryError(Exception):
 
     def __init__(self, detail: str = "", **context: Any) -> None:
         self.context = context
-        message = (self.__doc__ or "").strip().format(**context)
+        message = " ".join((self.__doc__ or "").split()).format(**context)
         super().__init__(f"{message} {detail}".strip() if detail else message)
 
 
@@ -60,3 +60,12 @@ class Interrupted(CronCeleryError):
     """The run of job {job!r} stopped because its worker is shutting down; it is tried again if attempts remain."""
 
     error_code = "INTERRUPTED"
+
+
+class DeliveryFailed(CronCeleryError):
+    """The alert could not be delivered:"""
+
+
+class UnknownChannel(CronCeleryError):
+    """Unknown notification channel {name!r}: use email, slack, telegram, webhook, sentry, a name
+    defined under NOTIFICATIONS['channels'], or a dotted path to a Channel class."""

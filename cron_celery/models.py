@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 
 from django.db import models
+from django.db.models.functions import Now
 
 
 class Status(models.TextChoices):
@@ -35,6 +36,23 @@ class Status(models.TextChoices):
     def failures(cls) -> frozenset[str]:
         """Terminal statuses that count as a failure (``success=False``)."""
         return frozenset({cls.FAILED, cls.TIMED_OUT, cls.LOST})
+
+
+class Event(models.TextChoices):
+    """What an alert is about."""
+
+    FAILED = "FAILED", "Failed"  # the final attempt failed (retries never alert)
+    TIMED_OUT = "TIMED_OUT", "Timed out"
+    LOST = "LOST", "Lost"  # the worker died, or the message never reached one
+    MISSED = "MISSED", "Missed"  # slots that will not run (no beat, or undelivered)
+    RECOVERED = "RECOVERED", "Recovered"  # the first success after an alerted incident
+    SUCCEEDED = "SUCCEEDED", "Succeeded"  # every success, for channels that want it
+
+
+class AlertStatus(models.TextChoices):
+    PENDING = "PENDING", "Pending"  # written with the state change; not delivered yet
+    SENT = "SENT", "Sent"
+    FAILED = "FAILED", "Failed"  # every delivery attempt failed; ``last_error`` says why
 
 
 class Trigger(models.TextChoices):
@@ -109,6 +127,13 @@ class CronJob(models.Model):
     max_retries = models.IntegerField(
         db_default=0, help_text="Attempts after the first one; enforced here, not only in the message"
     )
+    alert_after = models.IntegerField(db_default=1, help_text="Consecutive failures before the first alert")
+    alert_repeat = models.IntegerField(
+        null=True, blank=True, help_text="Seconds between repeated alerts of one incident; empty = once"
+    )
+    alerted_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the open incident was last alerted; empty = no alerted incident"
+    )
     consecutive_failures = models.IntegerField(default=0)
     last_status = models.CharField(max_length=20, choices=Status.choices, blank=True)
     last_run_at = models.DateTimeField(null=True, blank=True)
@@ -168,6 +193,7 @@ class CronExecution(models.Model):
     republished = models.SmallIntegerField(
         db_default=0, help_text="How often the reconciler sent this execution's message again"
     )
+    sentry_checkin_id = models.CharField(max_length=64, blank=True, db_default="")
 
     class Meta:
         ordering = ["-slot", "-run_number"]
@@ -197,3 +223,35 @@ class CronExecution(models.Model):
         if self.started and self.ended:
             return self.ended - self.started
         return None
+
+
+class Alert(models.Model):
+    """The outbox: one notification of one event of an execution on one channel.
+
+    Written in the same transaction as the state change that causes it, delivered by the
+    ``cron_celery.deliver_alert`` task, and sent again by the reconciler while PENDING.
+    """
+
+    execution = models.ForeignKey(CronExecution, on_delete=models.CASCADE, related_name="alerts")
+    job = models.ForeignKey(CronJob, on_delete=models.CASCADE, related_name="alerts")
+    event = models.CharField(max_length=20, choices=Event.choices)
+    channel = models.CharField(max_length=200)
+    status = models.CharField(max_length=10, choices=AlertStatus.choices, default=AlertStatus.PENDING)
+    attempts = models.IntegerField(default=0)
+    last_error = models.TextField(blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+    updated_at = models.DateTimeField(db_default=Now())
+    sent_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["execution", "event", "channel"], name="cron_alert_once"),
+        ]
+        indexes = [
+            models.Index(fields=["updated_at"], name="cron_alert_pending",
+                         condition=models.Q(status="PENDING")),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event} of execution {self.execution_id} on {self.channel}: {self.status}"

@@ -27,7 +27,7 @@ from billiard.exceptions import WorkerLostError
 from celery.worker.request import Request
 from django.db import DatabaseError, close_old_connections, connection
 
-from cron_celery import claims, models, registry, retries
+from cron_celery import claims, models, outcomes, registry, retries
 
 logger = logging.getLogger(__name__)
 S = models.Status
@@ -68,8 +68,8 @@ class CronRequest(Request):
 
         try:
             close_old_connections()
-            ended = claims.end_dead_attempts(
-                job_id=runs.job_id(job), status=status, error_code=code, message=message, retry=retry,
+            ended = outcomes.dead(
+                job, job_id=runs.job_id(job), status=status, error_code=code, message=message, retry=retry,
                 worker=runs.HOSTNAME, pid=int(self.worker_pid),
             )
         except DatabaseError:

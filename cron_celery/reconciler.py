@@ -1,6 +1,6 @@
 """The reconciler: nothing stays stuck, nothing goes silently missing.
 
-A pass has three steps, each bounded by ``RECONCILE["BATCH"]`` rows:
+A pass has four steps, each bounded by ``RECONCILE["BATCH"]`` rows:
 
 1. **Expired leases.** An execution still RUNNING after its lease ran out lost its worker
    (the whole worker died, so no parent recorded it). The attempt ends LOST; if the job's
@@ -14,6 +14,9 @@ A pass has three steps, each bounded by ``RECONCILE["BATCH"]`` rows:
 3. **Undispatched slots.** A job whose next slot is more than ``MISSED_GRACE`` seconds
    overdue has no running beat. Slots its catch-up policy will not run later are recorded
    MISSED now (the newest one is left for beat under ``latest``; ``all`` waits for beat).
+
+4. **Undelivered alerts.** Alert rows still PENDING ``PENDING_GRACE`` seconds after their
+   last delivery attempt (the delivery task was lost) are queued again.
 
 Every change is a conditional statement that locks the job's row first, like the
 worker's claim, so passes on many workers at once (and a live beat) cannot double
@@ -35,7 +38,7 @@ from celery import current_app, shared_task, signals
 from django.db import DatabaseError, close_old_connections, connection
 from django.utils import timezone
 
-from cron_celery import beat, claims, conf, models, schedules, tasks
+from cron_celery import alerts, beat, claims, conf, models, outcomes, registry, schedules, tasks
 
 logger = logging.getLogger(__name__)
 S = models.Status
@@ -55,6 +58,7 @@ class Report:
     resent: int = 0  # stranded PENDING or RETRYING executions sent again
     missed: int = 0  # MISSED rows written (stranded or undispatched slots)
     abandoned: int = 0  # executions LOST after REPUBLISH_LIMIT sends
+    alerts: int = 0  # undelivered alerts queued again
 
     def __str__(self) -> str:
         if not self.ran:
@@ -77,7 +81,8 @@ def run_pass(now: dt.datetime | None = None) -> Report:
         _expired_leases(report, int(options["BATCH"]))
         _stranded(report, options)
         _undispatched(report, now or timezone.now(), options)
-        if report.lost or report.resent or report.missed or report.abandoned:
+        report.alerts = alerts.redeliver(float(options["PENDING_GRACE"]), int(options["BATCH"]))
+        if report.lost or report.resent or report.missed or report.abandoned or report.alerts:
             logger.warning("cron_celery reconciler: %s", report)
         return report
     finally:
@@ -96,8 +101,9 @@ def _expired_leases(report: Report, batch: int) -> None:
         )
         rows = cursor.fetchall()
     for execution_id, job_id, task_name in rows:
-        ended = claims.end_dead_attempts(
-            job_id=job_id, execution_id=execution_id, status=S.LOST, error_code="LEASE_EXPIRED",
+        ended = outcomes.dead(
+            registry.by_task_name(task_name), job_id=job_id, execution_id=execution_id, status=S.LOST,
+            error_code="LEASE_EXPIRED",
             message="The worker stopped renewing the lease (it died or lost the database); "
                     "recorded by the reconciler.",
         )
@@ -129,17 +135,20 @@ def _stranded(report: Report, options: dict[str, Any]) -> None:
     for execution_id, job_id, slot, status, trigger, republished, task_id, task_name, catch_up, newer in rows:
         by_beat = status == S.PENDING and trigger in (models.Trigger.BEAT, models.Trigger.CATCH_UP)
         if by_beat and (catch_up == models.CatchUp.NONE or (catch_up == models.CatchUp.LATEST and newer)):
-            policy = "a newer slot was dispatched since" if newer else "its catch-up policy is 'none'"
-            if claims.close_unstarted(
-                job_id=job_id, execution_id=execution_id, status=S.MISSED, error_code="NOT_DELIVERED",
+            policy = "its catch-up policy is 'none'" if catch_up == models.CatchUp.NONE else \
+                "a newer slot was dispatched since (catch-up 'latest')"
+            if outcomes.unstarted(
+                registry.by_task_name(task_name), job_id=job_id, execution_id=execution_id, slot=slot,
+                status=S.MISSED, error_code="NOT_DELIVERED",
                 message=f"Missed: no worker received this slot within {grace:g} s (was the broker down?), "
                         f"and it is not run late: {policy}.",
             ):
                 report.missed += 1
             continue
         if republished >= limit:
-            if claims.close_unstarted(
-                job_id=job_id, execution_id=execution_id, status=S.LOST, error_code="NOT_DELIVERED",
+            if outcomes.unstarted(
+                registry.by_task_name(task_name), job_id=job_id, execution_id=execution_id, slot=slot,
+                status=S.LOST, error_code="NOT_DELIVERED",
                 message=f"Lost: no worker started it although its message was sent {republished + 1} times.",
             ):
                 report.abandoned += 1
@@ -174,7 +183,7 @@ def _send(task_name: str, execution_id: int, slot: dt.datetime, trigger: str, ta
 
 def _undispatched(report: Report, now: dt.datetime, options: dict[str, Any]) -> None:
     cutoff = now - dt.timedelta(seconds=float(options["MISSED_GRACE"]))
-    due = [row for row in claims.due_jobs(cutoff, limit=int(options["BATCH"])) if row.catch_up != models.CatchUp.ALL]
+    due = claims.due_jobs(cutoff, limit=int(options["BATCH"]), skip_catch_up=models.CatchUp.ALL)
     plans: dict[beat.PlanKey, schedules.CatchUpPlan | None] = {}
     parsed: dict[tuple[str, str], schedules.Schedule] = {}
     decisions = []
@@ -188,6 +197,8 @@ def _undispatched(report: Report, now: dt.datetime, options: dict[str, Any]) -> 
     if decisions:
         _advanced, _publish, missed = claims.dispatch_many(decisions)
         report.missed += missed
+        if missed:
+            outcomes.missed(claims.newest_missed([decision.job_id for decision in decisions]))
 
 
 @shared_task(name="cron_celery.reconcile", ignore_result=True)

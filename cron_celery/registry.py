@@ -47,6 +47,15 @@ class Job:
     #: kills the worker process; ``None`` = no limit.
     soft_time_limit: float | None = None
     time_limit: float | None = None
+    #: Alerts: channels per kind (``on_failure``...) overriding ``NOTIFICATIONS``, failures in
+    #: a row before the first alert, and seconds between repeats of one incident (None: once).
+    notify: tuple[tuple[str, tuple[str, ...]], ...] | None = None
+    alert_after: int = 1
+    alert_repeat: int | None = None
+
+    def notify_for(self, kind: str) -> tuple[str, ...] | None:
+        """This job's own channels for ``on_failure``/``on_recovery``/``on_success``, if it has any."""
+        return dict(self.notify).get(kind) if self.notify is not None else None
 
     @property
     def tzinfo(self) -> zoneinfo.ZoneInfo:
@@ -106,6 +115,9 @@ def declare(
     retry_on_failure: object = False,
     soft_time_limit: object = None,
     time_limit: object = None,
+    notify: object = None,
+    alert_after: object = 1,
+    alert_repeat: object = None,
 ) -> Job:
     """Validate a declaration and build its ``Job``; raises ``ImproperlyDeclared``."""
     if not isinstance(name, str) or not NAME_RE.match(name):
@@ -147,7 +159,12 @@ def declare(
         raise exceptions.ImproperlyDeclared(
             f"soft_time_limit ({soft:g} s) must be shorter than time_limit ({hard:g} s), so the job "
             "can stop cleanly before it is killed.", job=name)
+    after = _number(name, "alert_after", alert_after, integer=True, positive=True)
+    repeat = _number(name, "alert_repeat", alert_repeat, integer=True, optional=True, positive=True)
     return Job(
+        notify=_notify(name, notify),
+        alert_after=int(after or 1),
+        alert_repeat=None if repeat is None else int(repeat),
         max_retries=int(retries),
         retry_backoff=backoff if backoff is not None else True,
         retry_backoff_max=backoff_max if backoff_max is not None else 600,
@@ -191,6 +208,20 @@ def _number(
         bound = "greater than 0" if positive else "at least 0"
         raise exceptions.ImproperlyDeclared(f"{what} must be {kind} {bound}, not {value!r}.", job=job)
     return number
+
+
+NOTIFY_KINDS = ("on_failure", "on_recovery", "on_success")
+
+
+def _notify(job: str, value: object) -> tuple[tuple[str, tuple[str, ...]], ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not set(value) <= set(NOTIFY_KINDS) or not all(
+        isinstance(names, list | tuple) and all(isinstance(n, str) for n in names) for names in value.values()
+    ):
+        raise exceptions.ImproperlyDeclared(
+            f"notify must be a dict of {', '.join(NOTIFY_KINDS)} to lists of channel names, not {value!r}.", job=job)
+    return tuple((kind, tuple(names)) for kind, names in sorted(value.items()))
 
 
 def _exception_types(job: str, value: object) -> tuple[type[BaseException], ...]:

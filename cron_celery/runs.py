@@ -18,7 +18,20 @@ from typing import Any
 from celery.exceptions import SoftTimeLimitExceeded
 from django.db import DatabaseError
 
-from cron_celery import claims, conf, exceptions, leases, locks, models, registry, retries, schedules, shutdown
+from cron_celery import (
+    claims,
+    conf,
+    exceptions,
+    leases,
+    locks,
+    models,
+    outcomes,
+    registry,
+    retries,
+    schedules,
+    sentry,
+    shutdown,
+)
 
 logger = logging.getLogger(__name__)
 S = models.Status
@@ -92,6 +105,25 @@ def refresh_job_ids(jobs: list[registry.Job]) -> dict[str, int]:
     for job in jobs:
         _job_ids[job] = ids[job.code]
     return ids
+
+
+def job_for_row(row_id: int) -> registry.Job | None:
+    """The declaration of the job with this row id (None: not declared in this process)."""
+    for job, known in _job_ids.items():
+        if known == row_id:
+            return job
+    code = claims.job_code(row_id)
+    if code is None:
+        return None
+    try:
+        return registry.get(code)
+    except exceptions.UnknownJob:
+        return None
+
+
+def jobs_by_row_id() -> dict[int, registry.Job]:
+    """The declarations this process knows, by row id."""
+    return {row_id: job for job, row_id in _job_ids.items()}
 
 
 def job_id(job: registry.Job, *, refresh: bool = False) -> int:
@@ -226,6 +258,15 @@ def execute(
         job_lock.release()
         job_lock = None
     extra["execution"] = claim.execution_id
+    if claim.outcome == claims.DUPLICATE and claim.status_seen == claims.CAPPED:
+        assert claim.execution_id is not None
+        outcomes.dead(job, job_id=job_id(job), execution_id=claim.execution_id, status=S.LOST,
+                      error_code="LEASE_EXPIRED", message="Its worker vanished on the last allowed attempt "
+                      "(the lease expired); not taken over.")
+        logger.warning("execution %s: its worker vanished on the last attempt; recorded LOST", claim.execution_id,
+                       extra=extra)
+        return Outcome(job=job.name, slot=slot, status=claims.DUPLICATE, execution_id=claim.execution_id,
+                       message=S.LOST)
     if claim.outcome == claims.DUPLICATE:
         logger.info("execution %s already %s; this delivery does nothing",
                     claim.execution_id, claim.status_seen, extra=extra)
@@ -234,6 +275,9 @@ def execute(
     if not claim.claimed:
         logger.info("%s %s skipped: %s", job.name, schedules.iso(slot), claim.skip_reason,
                     extra=extra)
+        if claim.execution_id is not None:
+            outcomes.announce(job, claim.execution_id, slot, S.SKIPPED, claim.skip_reason,
+                              claims.SKIP_MESSAGES[claim.skip_reason])
         return Outcome(job=job.name, slot=slot, status=S.SKIPPED,
                        execution_id=claim.execution_id, run_number=claim.run_number,
                        skip_reason=claim.skip_reason,
@@ -247,6 +291,11 @@ def execute(
         logger=logging.LoggerAdapter(logging.getLogger(f"cron_celery.jobs.{job.name}"), extra),
         cancelled=cancelled,
     )
+    check_in_id = ""
+    if claim.retry_count == 0 and sentry.crons_enabled(job):  # the execution's first attempt
+        check_in_id = sentry.checkin_started(job)
+        if check_in_id:
+            claims.set_checkin(claim.execution_id, check_in_id)
     leases.track(claim.execution_id, claim.fence, lease, cancelled, extra,
                  job_lock if lock_state == locks.HELD else None)
     if shutdown.requested.is_set():
@@ -276,9 +325,9 @@ def execute(
                 return Outcome(job=job.name, slot=slot, status=S.RETRYING, execution_id=claim.execution_id,
                                run_number=claim.run_number, message=message, error_code=code,
                                exc=error, countdown=countdown)
-        written = claims.finish(
-            job_id=job_id(job), execution_id=claim.execution_id, fence=claim.fence,
-            status=status, message=message, error_code=code, traceback=trace, result=stored,
+        written = outcomes.finish(
+            job, job_id(job), claim.execution_id, slot, fence=claim.fence, status=status, message=message,
+            error_code=code, traceback=trace, result=stored, check_in_id=check_in_id,
         )
     except DatabaseError:
         logger.exception("could not record the outcome of execution %s", claim.execution_id,

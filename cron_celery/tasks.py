@@ -24,8 +24,8 @@ HEADER_RERUN = "cron_rerun"
 F = TypeVar("F", bound=Callable[..., Any])
 
 #: Job options that ``cron_task`` and ``register_task`` take besides Celery's own.
-RETRY_OPTIONS = ("max_retries", "retry_backoff", "retry_backoff_max", "retry_jitter", "retry_on",
-                 "retry_on_failure", "soft_time_limit", "time_limit")
+JOB_OPTIONS = ("max_retries", "retry_backoff", "retry_backoff_max", "retry_jitter", "retry_on",
+               "retry_on_failure", "soft_time_limit", "time_limit", "notify", "alert_after", "alert_repeat")
 
 
 def headers(execution_id: int, slot: dt.datetime, trigger: str, *, force: bool = False,
@@ -116,12 +116,12 @@ class TrackedTask(celery.Task):  # type: ignore[type-arg]
 
 
 def _split_options(job: str, options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(Celery's task options, the job's retry and time-limit policy)."""
+    """(Celery's task options, the job's retry, time-limit and alert policy)."""
     for refused, instead in (("autoretry_for", "retry_on"), ("acks_late", None), ("reject_on_worker_lost", None)):
         if refused in options:
             hint = f"use {instead}= instead" if instead else "cron jobs always acknowledge late, safely"
             raise exceptions.ImproperlyDeclared(f"{refused}= is not a cron job option ({hint}).", job=job)
-    policy = {key: options[key] for key in RETRY_OPTIONS if key in options}
+    policy = {key: options[key] for key in JOB_OPTIONS if key in options}
     rest = {key: value for key, value in options.items() if key not in policy}
     return rest, policy
 

@@ -227,7 +227,7 @@ def test_a_delivery_for_an_unknown_execution_is_a_duplicate():
 
 
 def test_an_expired_running_execution_is_taken_over_with_a_new_fence_and_attempt():
-    job, job_id = make_job("standard")
+    job, job_id = make_job("standard", max_retries=1)  # a takeover is an attempt: it needs one left
     execution_id, _ = enqueue(job, job_id)
     first = begin(job, job_id, execution_id=execution_id)
     expire(execution_id)
@@ -387,3 +387,15 @@ def test_a_renamed_job_keeps_its_row_and_a_stale_name_is_moved_aside():
     other_id = claims.ensure_job(other)
     assert other_id != job_id
     assert CronJob.objects.get(id=job_id).name == f"{renamed.name}-was-{job.code}"
+
+
+def test_an_expired_run_on_its_last_attempt_is_not_taken_over():
+    """A redelivered message must not give a job more attempts than ``max_retries`` allows
+    (a job that kills its whole worker would loop): the caller records it LOST instead."""
+    job, job_id = make_job("standard", max_retries=0)
+    execution_id, _ = enqueue(job, job_id)
+    begin(job, job_id, execution_id=execution_id)
+    expire(execution_id)
+    again = begin(job, job_id, execution_id=execution_id)
+    assert (again.outcome, again.status_seen) == (claims.DUPLICATE, claims.CAPPED)
+    assert CronExecution.objects.get(id=execution_id).status == Status.RUNNING  # unchanged here

@@ -48,7 +48,7 @@ def test_a_run_longer_than_its_lease_keeps_it_and_cannot_be_taken_over():
 
 @override_settings(CRON_CELERY={"LEASE_SECONDS": 3})
 def test_a_run_whose_execution_was_taken_over_is_cancelled_and_records_nothing():
-    job, job_id = make_job()
+    job, job_id = make_job(max_retries=1)
     fenced_before = leases.counters["fenced"]
     observed = {}
 

@@ -90,7 +90,7 @@ def test_a_worker_child_killed_mid_run_is_recorded_lost_and_run_again_with_a_new
     message runs attempt 2 with the next fence, and the slot has one SUCCEEDED execution."""
     started()
     execution_id = enqueue(jobs.dies_once, broker)
-    wait_for(lambda: stamps(marker, "dies-once"), what="the first attempt to start")
+    wait_for(lambda: bool(stamps(marker, "dies-once")), what="the first attempt to start")
     child = CronExecution.objects.get(id=execution_id).pid
     assert child
     os.kill(child, signal.SIGKILL)
@@ -187,7 +187,7 @@ def test_sigterm_stops_a_cooperative_job_early_and_its_retry_finishes_it(started
     retried, the worker exits long before the job would have ended (60 s)."""
     worker = started()
     execution_id = enqueue(jobs.cooperative, broker)
-    wait_for(lambda: stamps(marker, "cooperative"), what="the job to start")
+    wait_for(lambda: bool(stamps(marker, "cooperative")), what="the job to start")
     assert worker.proc is not None
     asked = time.monotonic()
     worker.proc.send_signal(signal.SIGTERM)  # to the main process only, as docker stop does
@@ -227,7 +227,8 @@ def test_a_broker_down_for_two_slots_leaves_nothing_silently_missing(started, br
     began = time.monotonic()
     wait_for(lambda: not CronExecution.objects.filter(task_name__in=names, completed=False).exists(), timeout=60,
              what="every stranded slot to be settled by the reconciler")
-    print(f"settled {time.time() - up:.1f} s after the broker came back ({time.monotonic() - began:.1f} s after beat stopped)")
+    print(f"settled {time.time() - up:.1f} s after the broker came back "
+          f"({time.monotonic() - began:.1f} s after beat stopped)")
     for name in names:
         rows = list(CronExecution.objects.filter(task_name=name).order_by("slot"))
         slots = [row.slot.timestamp() for row in rows]

@@ -75,7 +75,7 @@ def fast_always(run: Run) -> str:
     return "ok"
 
 
-@cron_task(name="exclusive", code="T106", pattern="always", overlap="skip")
+@cron_task(name="exclusive", code="T106", pattern="always", overlap="skip", max_retries=1)
 def exclusive(run: Run) -> str:
     """Overlap SKIP without a slot check: only the locks keep two runs apart."""
     time.sleep(float(os.environ.get("CRON_TEST_SLEEP", "0.2")))

@@ -1,0 +1,149 @@
+"""What every channel shares: the ``Message`` it sends and the ``Channel`` interface.
+
+A custom channel is a class with this interface, named by dotted path in
+``NOTIFICATIONS`` (see docs/notifications.md)::
+
+    class PagerChannel(Channel):
+        required = ("routing_key",)
+        secrets = ("routing_key",)
+
+        def send(self, message: Message, timeout: float) -> None:
+            ...  # raise on failure; the delivery is retried with backoff
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import urllib.error
+import urllib.request
+from typing import Any, ClassVar
+
+from cron_celery import exceptions
+
+#: How an event reads in a title.
+EVENT_WORDS = {
+    "FAILED": "failed", "TIMED_OUT": "timed out", "LOST": "was lost", "MISSED": "missed a slot",
+    "RECOVERED": "recovered", "SUCCEEDED": "succeeded",
+}
+#: At most this many lines and characters of an error go into a message.
+ERROR_LINES, ERROR_CHARS = 12, 1500
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Message:
+    """One alert, with what a person needs to act on it."""
+
+    event: str
+    job: str
+    code: str
+    slot: dt.datetime
+    execution_date: dt.date
+    execution_id: int
+    run_number: int
+    attempt: int
+    status: str
+    trigger: str
+    duration: float | None  # seconds
+    error_code: str
+    error: str  # the execution's message
+    traceback: str
+    admin_url: str  # empty without ADMIN_BASE_URL
+
+    @property
+    def title(self) -> str:
+        return f"[cron] {self.job} ({self.code}) {EVENT_WORDS.get(self.event, self.event.lower())}"
+
+    @property
+    def failing(self) -> bool:
+        return self.event in ("FAILED", "TIMED_OUT", "LOST", "MISSED")
+
+    def facts(self) -> list[tuple[str, str]]:
+        """(label, value) pairs, in the order a person reads them."""
+        pairs = [
+            ("Job", f"{self.job} ({self.code})"),
+            ("Slot", self.slot.strftime("%Y-%m-%d %H:%M:%S UTC")),
+            ("Execution date", self.execution_date.isoformat()),
+            ("Status", self.status),
+            ("Attempt", str(self.attempt)),
+            ("Run", f"#{self.run_number} ({self.trigger.lower()})"),
+        ]
+        if self.duration is not None:
+            pairs.append(("Duration", f"{self.duration:.1f} s"))
+        if self.error_code:
+            pairs.append(("Error code", self.error_code))
+        return pairs
+
+    def excerpt(self) -> str:
+        """The first lines of the error, bounded."""
+        lines = self.error.strip().splitlines()[:ERROR_LINES]
+        text = "\n".join(lines)
+        return text if len(text) <= ERROR_CHARS else text[:ERROR_CHARS] + " …"
+
+    def text(self) -> str:
+        """Plain text (email, logs)."""
+        body = [self.title, ""] + [f"{label}: {value}" for label, value in self.facts()]
+        if self.error.strip():
+            body += ["", self.excerpt()]
+        if self.admin_url:
+            body += ["", self.admin_url]
+        return "\n".join(body)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "event": self.event, "job": self.job, "code": self.code, "slot": self.slot.isoformat(),
+            "execution_date": self.execution_date.isoformat(), "execution_id": self.execution_id,
+            "run_number": self.run_number, "attempt": self.attempt, "status": self.status, "trigger": self.trigger,
+            "duration_seconds": self.duration, "error_code": self.error_code, "error": self.excerpt(),
+            "admin_url": self.admin_url or None,
+        }
+
+
+class Channel:
+    """A way to send alerts. Options come from ``NOTIFICATIONS[name]``.
+
+    ``required`` names the options that must be set (a system check reports them), and
+    ``secrets`` those never shown in logs, errors or the admin.
+    """
+
+    required: ClassVar[tuple[str, ...]] = ()
+    secrets: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, name: str, options: dict[str, Any]) -> None:
+        self.name = name
+        self.options = options
+
+    def problems(self) -> list[str]:
+        """What is missing from the options, in words."""
+        return [f"option {key!r} is missing" for key in self.required if not self.options.get(key)]
+
+    def send(self, message: Message, timeout: float) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def redact(self, text: str) -> str:
+        """``text`` with every secret option's value replaced by ``***``."""
+        for key in self.secrets:
+            value = self.options.get(key)
+            if value:
+                text = text.replace(str(value), "***")
+        return text
+
+
+def post_json(url: str, payload: object, timeout: float, headers: dict[str, str] | None = None) -> bytes:
+    """POST ``payload`` as JSON; raises ``DeliveryFailed`` unless the answer is 2xx."""
+    body = json.dumps(payload, ensure_ascii=False).encode()
+    return post(url, body, timeout, {"Content-Type": "application/json; charset=utf-8", **(headers or {})})
+
+
+def post(url: str, body: bytes, timeout: float, headers: dict[str, str]) -> bytes:
+    request = urllib.request.Request(url, data=body, method="POST", headers={"User-Agent": "cron_celery", **headers})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return bytes(response.read())
+    except urllib.error.HTTPError as error:
+        detail = error.read()[:300].decode(errors="replace")
+        raise exceptions.DeliveryFailed(f"HTTP {error.code}: {detail}") from None
+    except (urllib.error.URLError, TimeoutError, OSError) as error:
+        reason = getattr(error, "reason", error)
+        raise exceptions.DeliveryFailed(f"{type(reason).__name__}: {reason}") from None

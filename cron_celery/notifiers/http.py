@@ -1,0 +1,85 @@
+"""Slack, Telegram and generic webhooks: JSON over HTTPS, escaped for each."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import html
+import json
+from typing import Any
+
+from cron_celery.notifiers.base import Channel, Message, post, post_json
+
+#: Telegram refuses longer messages; Slack folds long ones.
+TELEGRAM_MAX, SLACK_MAX = 4096, 3500
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def slack_escape(text: str) -> str:
+    """Slack mrkdwn: only &, < and > are special (they would start entities and links)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+class SlackChannel(Channel):
+    """An incoming webhook: ``{"webhook_url": "https://hooks.slack.com/services/..."}``."""
+
+    required = ("webhook_url",)
+    secrets = ("webhook_url",)
+
+    def render(self, message: Message) -> dict[str, Any]:
+        icon = ":red_circle:" if message.failing else ":large_green_circle:"
+        lines = [f"{icon} *{slack_escape(message.title)}*"]
+        lines += [f"*{label}:* {slack_escape(value)}" for label, value in message.facts()]
+        if message.error.strip():
+            lines.append("```" + slack_escape(message.excerpt()).replace("```", "'''") + "```")
+        if message.admin_url:
+            lines.append(f"<{message.admin_url}|Open the execution in the admin>")
+        return {"text": _cut("\n".join(lines), SLACK_MAX)}
+
+    def send(self, message: Message, timeout: float) -> None:
+        post_json(str(self.options["webhook_url"]), self.render(message), timeout)
+
+
+class TelegramChannel(Channel):
+    """A bot: ``{"bot_token": "...", "chat_id": "...", "api_url": "https://api.telegram.org"}``."""
+
+    required = ("bot_token", "chat_id")
+    secrets = ("bot_token",)
+
+    def render(self, message: Message) -> dict[str, Any]:
+        parts = [f"<b>{html.escape(message.title, quote=False)}</b>"]
+        parts += [f"<b>{html.escape(label, quote=False)}:</b> {html.escape(value, quote=False)}"
+                  for label, value in message.facts()]
+        tail = []
+        if message.admin_url:
+            tail.append(f'<a href="{html.escape(message.admin_url)}">Open the execution in the admin</a>')
+        if message.error.strip():
+            room = TELEGRAM_MAX - len("\n".join(parts + tail)) - 40
+            error = html.escape(message.excerpt(), quote=False)
+            parts.append(f"<pre>{_cut(error, max(room, 0))}</pre>" if room > 20 else "")
+        return {"chat_id": self.options["chat_id"], "text": _cut("\n".join(p for p in parts + tail if p), TELEGRAM_MAX),
+                "parse_mode": "HTML", "disable_web_page_preview": True}
+
+    def send(self, message: Message, timeout: float) -> None:
+        base = str(self.options.get("api_url") or "https://api.telegram.org").rstrip("/")
+        post_json(f"{base}/bot{self.options['bot_token']}/sendMessage", self.render(message), timeout)
+
+
+class WebhookChannel(Channel):
+    """Any HTTP endpoint: ``{"url": "...", "secret": "..."}``. The body is the message as
+    JSON; with a secret, ``X-Cron-Celery-Signature: sha256=<HMAC-SHA256 of the body>``."""
+
+    required = ("url",)
+    secrets = ("secret", "url")
+
+    def send(self, message: Message, timeout: float) -> None:
+        body = json.dumps(message.as_dict(), ensure_ascii=False, sort_keys=True).encode()
+        headers = {"Content-Type": "application/json; charset=utf-8", "X-Cron-Celery-Event": message.event}
+        secret = self.options.get("secret")
+        if secret:
+            digest = hmac.new(str(secret).encode(), body, hashlib.sha256).hexdigest()
+            headers["X-Cron-Celery-Signature"] = f"sha256={digest}"
+        post(str(self.options["url"]), body, timeout, headers)

@@ -1,0 +1,103 @@
+"""Writing an execution's final outcome, with what follows from it.
+
+Every writer of a final status — the worker (``runs``), the worker's parent (``parent``)
+and the reconciler — goes through here, so that each outcome gets the same treatment:
+
+1. the status and the alert rows in one transaction (``alerts.record``); when no channel
+   could hear of the outcome this is the bare statement, as fast as before;
+2. after the commit, the Django signals (``cron_celery.signals``) and Sentry's final
+   check-in (``ok``/``error``), neither of which can change what was recorded.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from typing import Any
+
+from django.db import transaction
+
+from cron_celery import alerts, claims, models, registry, sentry, signals
+
+logger = logging.getLogger(__name__)
+S = models.Status
+
+
+def finish(job: registry.Job, job_id: int, execution_id: int, slot: dt.datetime, *, fence: int, status: str,
+           message: str, error_code: str, traceback: str, result: Any, check_in_id: str = "") -> bool:
+    """``claims.finish`` with alerts, signals and the check-in; False when fenced."""
+    kwargs = {"job_id": job_id, "execution_id": execution_id, "fence": fence, "status": status,
+              "message": message, "error_code": error_code, "traceback": traceback, "result": result}
+    if alerts.wanted_for(job, status):
+        with transaction.atomic():
+            recorded = alerts.record(job=job, job_id=job_id, execution_id=execution_id, status=status, counted=False)
+            before = claims.finish_counting(**kwargs)
+            if before is None:
+                transaction.set_rollback(True)
+    else:
+        before = claims.finish_counting(**kwargs)
+        recorded = alerts.NOTHING
+    if before is None:
+        return False
+    recovered = status == S.SUCCEEDED and (before > 0 or recorded.recovered)
+    announce(job, execution_id, slot, status, error_code, message, recovered=recovered, check_in_id=check_in_id)
+    return True
+
+
+def dead(job: registry.Job | None, **kwargs: Any) -> claims.Ended | None:
+    """``claims.end_dead_attempts`` with alerts (when final), signals and the check-in."""
+    with transaction.atomic():
+        ended = claims.end_dead_attempts(**kwargs)
+        if ended is not None and ended.status != S.RETRYING and alerts.wanted_for(job, ended.status):
+            alerts.record(job=job, job_id=ended.job_id, execution_id=ended.execution_id, status=ended.status,
+                          counted=True)
+    if ended is not None and ended.status != S.RETRYING:
+        announce(job, ended.execution_id, ended.slot, ended.status, str(kwargs.get("error_code", "")),
+                 str(kwargs.get("message", "")))
+    return ended
+
+
+def unstarted(job: registry.Job | None, *, job_id: int, execution_id: int, slot: dt.datetime, status: str,
+              error_code: str, message: str) -> bool:
+    """``claims.close_unstarted`` (MISSED or LOST) with alerts, signals and the check-in."""
+    with transaction.atomic():
+        closed = claims.close_unstarted(job_id=job_id, execution_id=execution_id, status=status,
+                                        error_code=error_code, message=message)
+        if closed and alerts.wanted_for(job, status):
+            alerts.record(job=job, job_id=job_id, execution_id=execution_id, status=status, counted=True)
+    if closed:
+        announce(job, execution_id, slot, status, error_code, message)
+    return closed
+
+
+def missed(rows: list[tuple[int, int]]) -> int:
+    """Alerts for slots recorded MISSED in bulk (beat back after an outage, the reconciler):
+    ``rows`` are (job id, the newest MISSED execution id of the job) — one alert per job
+    and outage, not one per slot. Returns the alert rows written."""
+    written = 0
+    if not rows:
+        return 0
+    from cron_celery import runs
+
+    by_id = runs.jobs_by_row_id()
+    for job_id, execution_id in rows:
+        job = by_id.get(job_id) or runs.job_for_row(job_id)
+        if alerts.wanted_for(job, S.MISSED):
+            with transaction.atomic():
+                written += len(alerts.record(job=job, job_id=job_id, execution_id=execution_id, status=S.MISSED,
+                                             counted=True).alert_ids)
+    return written
+
+
+def announce(job: registry.Job | None, execution_id: int, slot: dt.datetime, status: str, error_code: str,
+             message: str, *, recovered: bool = False, check_in_id: str = "") -> None:
+    """After the commit: signals, and Sentry's final check-in for a final outcome."""
+    name = job.name if job is not None else ""
+    code = job.code if job is not None else ""
+    try:
+        signals.send(job=name, code=code, execution_id=execution_id, slot=slot, status=status,
+                     error_code=error_code, message=message, recovered=recovered)
+    except Exception:  # receivers are isolated by send_robust; this guards the rest
+        logger.exception("sending the signals of execution %s failed", execution_id)
+    if job is not None and status in S.terminal() and status not in (S.SKIPPED, S.MISSED) and sentry.crons_enabled(job):
+        sentry.checkin_finished(job, check_in_id or claims.checkin_of(execution_id), status == S.SUCCEEDED, None)

@@ -1,0 +1,105 @@
+"""Sentry: error events at a job's final failure, and Crons check-ins owned by cron_celery.
+
+Nothing here does anything unless ``sentry_sdk.init()`` ran in the process. Check-ins are
+sent for scheduled jobs when ``"sentry"`` is one of the job's failure channels (and
+``NOTIFICATIONS["sentry"]["crons"]`` is not False): ``in_progress`` at the first claim of
+an execution (its id is kept on the row), then ``ok`` or ``error`` once, at the final
+outcome, so retries never report an error. The monitor is created or updated from the job
+(``monitor_config``). Celery's own ``CeleryIntegration(monitor_beat_tasks=True)`` only
+watches entries of Celery's beat schedule, which never include cron_celery's jobs, so
+nothing is reported twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+import sentry_sdk
+from sentry_sdk.crons import capture_checkin
+
+from cron_celery import conf, exceptions, registry, schedules
+from cron_celery.notifiers.base import Channel, Message
+
+logger = logging.getLogger(__name__)
+
+
+def active() -> bool:
+    return bool(sentry_sdk.get_client().is_active())
+
+
+def options() -> dict[str, Any]:
+    value = conf.settings.NOTIFICATIONS.get("sentry") or {}
+    return dict(value) if isinstance(value, dict) else {}
+
+
+def crons_enabled(job: registry.Job) -> bool:
+    from cron_celery import alerts
+
+    return (job.schedule is not None and active() and options().get("crons", True) is not False
+            and "sentry" in alerts.channel_names(job, "FAILED"))
+
+
+def monitor_config(job: registry.Job) -> dict[str, Any]:
+    """The monitor as Sentry should know it: schedule, timezone, margin, runtime, thresholds."""
+    assert job.schedule is not None
+    schedule: dict[str, Any]
+    if isinstance(job.schedule, schedules.Interval):
+        schedule = {"type": "interval", "value": max(1, math.ceil(job.schedule.seconds / 60)), "unit": "minute"}
+    else:
+        schedule = {"type": "crontab", "value": job.schedule.expression}
+    per_attempt = job.time_limit or float(options().get("max_runtime_per_attempt", 3600))
+    waits = sum(min(float(job.retry_backoff_max), 2.0 ** n * (1.0 if job.retry_backoff is True
+                                                                else float(job.retry_backoff or 180)))
+                for n in range(job.max_retries))
+    return {
+        "schedule": schedule,
+        "timezone": job.timezone,
+        "checkin_margin": int(options().get("checkin_margin", 1)),
+        "max_runtime": max(1, math.ceil((per_attempt * (job.max_retries + 1) + waits) / 60)),
+        "failure_issue_threshold": max(1, job.alert_after),
+        "recovery_threshold": int(options().get("recovery_threshold", 1)),
+    }
+
+
+def checkin_started(job: registry.Job) -> str:
+    """Send ``in_progress``; returns the check-in id ("" when Sentry is off)."""
+    if not crons_enabled(job):
+        return ""
+    try:
+        return capture_checkin(monitor_slug=job.name, status="in_progress", monitor_config=monitor_config(job)) or ""  # type: ignore[arg-type]
+    except Exception:  # monitoring must never break a run
+        logger.exception("could not send the Sentry check-in of %s", job.name)
+        return ""
+
+
+def checkin_finished(job: registry.Job, check_in_id: str, ok: bool, duration: float | None) -> None:
+    if not check_in_id or not crons_enabled(job):
+        return
+    try:
+        capture_checkin(monitor_slug=job.name, check_in_id=check_in_id, status="ok" if ok else "error",
+                        duration=duration, monitor_config=monitor_config(job))  # type: ignore[arg-type]
+    except Exception:
+        logger.exception("could not send the Sentry check-in of %s", job.name)
+
+
+class SentryChannel(Channel):
+    """Error events: one per final failure, tagged and grouped per job and error code."""
+
+    def send(self, message: Message, timeout: float) -> None:
+        if not active():
+            raise exceptions.DeliveryFailed("sentry-sdk is not initialised in this worker (call sentry_sdk.init).")
+        first_line = (message.error.strip().splitlines() or [message.status])[0][:200]
+        event: dict[str, Any] = {
+            "level": "error",
+            "logger": "cron_celery",
+            "message": f"{message.job} ({message.code}) {message.status}: {first_line}",
+            "tags": {"cron.job": message.job, "cron.code": message.code, "cron.slot": message.slot.isoformat(),
+                     "cron.attempt": str(message.attempt), "cron.event": message.event},
+            "fingerprint": ["cron_celery", message.code, message.error_code or message.status],
+            "extra": {"execution_id": message.execution_id, "admin_url": message.admin_url,
+                      "traceback": message.traceback[-8000:], "error": message.excerpt()},
+        }
+        if sentry_sdk.capture_event(event) is None:  # type: ignore[arg-type]
+            raise exceptions.DeliveryFailed("sentry-sdk dropped the event (sampling or before_send).")
