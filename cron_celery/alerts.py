@@ -102,10 +102,15 @@ def _deliverable(job: registry.Job | None, event: str) -> tuple[str, ...]:
     return names
 
 
-def record(*, job: registry.Job | None, job_id: int, execution_id: int, status: str, counted: bool) -> Recorded:
+def record(*, job: registry.Job | None, job_id: int, execution_id: int, status: str, counted: bool,
+           lost_attempt: bool = False) -> Recorded:
     """Write the alert rows for this final outcome; call it inside the transaction that
     writes it. ``counted``: whether that write already updated the job's failure count
     (``claims.end_dead_attempts``, ``close_unstarted``) or is still to come (``finish``).
+
+    ``lost_attempt``: an attempt whose worker died, retried (not final). A dead worker is
+    an incident of its own (out of memory, a killed node): it alerts LOST at once, once per
+    execution, without opening the job's failure incident.
     """
     failing = status in (S.FAILED, S.TIMED_OUT, S.LOST)
     wanted: dict[str, tuple[str, ...]] = {}
@@ -130,6 +135,8 @@ def record(*, job: registry.Job | None, job_id: int, execution_id: int, status: 
             if alerted_at is not None:
                 events.insert(0, E.RECOVERED)
                 cursor.execute(f"UPDATE {JOB} SET alerted_at = NULL WHERE id = %s", [job_id])
+        elif lost_attempt:
+            recovered, events = False, [E.LOST]
         elif failing:
             recovered = False
             in_a_row = failures if counted else failures + 1
@@ -151,7 +158,7 @@ def record(*, job: registry.Job | None, job_id: int, execution_id: int, status: 
             [execution_id, job_id, [event for event, _ in rows], [name for _, name in rows]],
         )
         ids = tuple(int(found[0]) for found in cursor.fetchall())
-        if failing:
+        if failing and not lost_attempt:
             cursor.execute(f"UPDATE {JOB} SET alerted_at = now() WHERE id = %s", [job_id])
     alerted = tuple(dict.fromkeys(event for event, _ in rows))
     if ids:

@@ -45,12 +45,14 @@ def finish(job: registry.Job, job_id: int, execution_id: int, slot: dt.datetime,
 
 
 def dead(job: registry.Job | None, **kwargs: Any) -> claims.Ended | None:
-    """``claims.end_dead_attempts`` with alerts (when final), signals and the check-in."""
+    """``claims.end_dead_attempts`` with alerts (when final, or for any lost worker), signals and
+    the check-in."""
     with transaction.atomic():
         ended = claims.end_dead_attempts(**kwargs)
-        if ended is not None and ended.status != S.RETRYING and alerts.wanted_for(job, ended.status):
-            alerts.record(job=job, job_id=ended.job_id, execution_id=ended.execution_id, status=ended.status,
-                          counted=True)
+        lost = kwargs.get("status") == S.LOST
+        if ended is not None and (ended.status != S.RETRYING or lost) and alerts.wanted_for(job, kwargs["status"]):
+            alerts.record(job=job, job_id=ended.job_id, execution_id=ended.execution_id, status=kwargs["status"],
+                          counted=True, lost_attempt=ended.status == S.RETRYING)
     if ended is not None and ended.status != S.RETRYING:
         announce(job, ended.execution_id, ended.slot, ended.status, str(kwargs.get("error_code", "")),
                  str(kwargs.get("message", "")))
