@@ -234,7 +234,7 @@ def deliver(alert_id: int) -> str:
         log = logger.error if alert.status == models.AlertStatus.FAILED else logger.warning
         log("alert %s (%s on %s), attempt %d: %s", alert.id, alert.event, alert.channel, alert.attempts, error)
         if alert.status == models.AlertStatus.PENDING:
-            raise exceptions.DeliveryFailed(error)
+            raise exceptions.DeliveryAttemptFailed(error, alert=alert.id, attempt=alert.attempts)
     return str(alert.status)
 
 

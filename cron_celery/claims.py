@@ -586,6 +586,7 @@ def finish_counting(
             UPDATE {JOB} SET
                 consecutive_failures = CASE WHEN %(ok)s THEN 0 ELSE {JOB}.consecutive_failures + 1 END,
                 last_success_at = CASE WHEN %(ok)s THEN now() ELSE last_success_at END,
+                alerted_at = CASE WHEN %(ok)s THEN NULL ELSE {JOB}.alerted_at END,
                 last_status = %(status)s, last_run_at = now()
             FROM e, j WHERE {JOB}.id = e.job_id AND j.id = e.job_id
             RETURNING j.consecutive_failures

@@ -66,6 +66,10 @@ class DeliveryFailed(CronCeleryError):
     """The alert could not be delivered:"""
 
 
+class DeliveryAttemptFailed(DeliveryFailed):
+    """Delivery attempt {attempt} of alert {alert} failed, it will be retried:"""
+
+
 class UnknownChannel(CronCeleryError):
     """Unknown notification channel {name!r}: use email, slack, telegram, webhook, sentry, a name
     defined under NOTIFICATIONS['channels'], or a dotted path to a Channel class."""

@@ -26,7 +26,9 @@ logger = logging.getLogger(__name__)
 
 
 def active() -> bool:
-    return bool(sentry_sdk.get_client().is_active())
+    """Whether ``sentry_sdk.init()`` ran here with a DSN (events would go somewhere)."""
+    client = sentry_sdk.get_client()
+    return bool(client.is_active() and getattr(client, "dsn", None) and getattr(client, "transport", None))
 
 
 def options() -> dict[str, Any]:

@@ -91,6 +91,9 @@ CRON_CELERY = {
         "MISSED_GRACE": float(os.environ.get("CRON_TEST_MISSED_GRACE", "120")),
     },
 }
+if os.environ.get("CRON_TEST_WEBHOOK_URL"):  # fault tests: alerts go to the test's own HTTP server
+    CRON_CELERY["NOTIFICATIONS"] = {"on_failure": ["webhook"], "on_recovery": ["webhook"],
+                                    "webhook": {"url": os.environ["CRON_TEST_WEBHOOK_URL"], "secret": "fault"}}
 
 LOGGING = {
     "version": 1,

@@ -17,6 +17,7 @@ import dataclasses
 import datetime as dt
 import json
 import urllib.error
+import urllib.parse
 import urllib.request
 from typing import Any, ClassVar
 
@@ -122,11 +123,20 @@ class Channel:
         raise NotImplementedError
 
     def redact(self, text: str) -> str:
-        """``text`` with every secret option's value replaced by ``***``."""
+        """``text`` with every secret option's value replaced by ``***`` — and, for a URL,
+        each longer part of its path and its query too, which servers echo in errors."""
+        parts: list[str] = []
         for key in self.secrets:
-            value = self.options.get(key)
-            if value:
-                text = text.replace(str(value), "***")
+            value = str(self.options.get(key) or "")
+            if not value:
+                continue
+            parts.append(value)
+            if "://" in value:
+                url = urllib.parse.urlsplit(value)
+                parts += [segment for segment in url.path.split("/") if len(segment) >= 6]
+                parts += [url.query] if len(url.query) >= 6 else []
+        for part in sorted(parts, key=len, reverse=True):
+            text = text.replace(part, "***")
         return text
 
 

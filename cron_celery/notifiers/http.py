@@ -6,6 +6,7 @@ import hashlib
 import hmac
 import html
 import json
+from collections.abc import Callable
 from typing import Any
 
 from cron_celery.notifiers.base import Channel, Message, post, post_json
@@ -16,6 +17,17 @@ TELEGRAM_MAX, SLACK_MAX = 4096, 3500
 
 def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _fit(text: str, escape: Callable[[str], str], room: int) -> str:
+    """``escape(text)`` in at most ``room`` characters: shortened before escaping (so no
+    entity is cut in half), with a visible "…"; empty when nothing fits."""
+    escaped = escape(text)
+    keep = len(text)
+    while len(escaped) > room and keep > 0:
+        keep = max(0, keep - max(1, len(escaped) - room))
+        escaped = escape(text[:keep] + "…")
+    return escaped if len(escaped) <= room else ""
 
 
 def slack_escape(text: str) -> str:
@@ -33,11 +45,13 @@ class SlackChannel(Channel):
         icon = ":red_circle:" if message.failing else ":large_green_circle:"
         lines = [f"{icon} *{slack_escape(message.title)}*"]
         lines += [f"*{label}:* {slack_escape(value)}" for label, value in message.facts()]
+        tail = [f"<{message.admin_url}|Open the execution in the admin>"] if message.admin_url else []
         if message.error.strip():
-            lines.append("```" + slack_escape(message.excerpt()).replace("```", "'''") + "```")
-        if message.admin_url:
-            lines.append(f"<{message.admin_url}|Open the execution in the admin>")
-        return {"text": _cut("\n".join(lines), SLACK_MAX)}
+            room = SLACK_MAX - len("\n".join(lines + tail)) - 10
+            error = _fit(message.excerpt().replace("```", "'''"), slack_escape, room)
+            if error:
+                lines.append("```" + error + "```")
+        return {"text": "\n".join(lines + tail)}
 
     def send(self, message: Message, timeout: float) -> None:
         post_json(str(self.options["webhook_url"]), self.render(message), timeout)
@@ -57,10 +71,11 @@ class TelegramChannel(Channel):
         if message.admin_url:
             tail.append(f'<a href="{html.escape(message.admin_url)}">Open the execution in the admin</a>')
         if message.error.strip():
-            room = TELEGRAM_MAX - len("\n".join(parts + tail)) - 40
-            error = html.escape(message.excerpt(), quote=False)
-            parts.append(f"<pre>{_cut(error, max(room, 0))}</pre>" if room > 20 else "")
-        return {"chat_id": self.options["chat_id"], "text": _cut("\n".join(p for p in parts + tail if p), TELEGRAM_MAX),
+            room = TELEGRAM_MAX - len("\n".join(parts + tail)) - 20
+            error = _fit(message.excerpt(), lambda text: html.escape(text, quote=False), room)
+            if error:
+                parts.append(f"<pre>{error}</pre>")
+        return {"chat_id": self.options["chat_id"], "text": _cut("\n".join(parts + tail), TELEGRAM_MAX),
                 "parse_mode": "HTML", "disable_web_page_preview": True}
 
     def send(self, message: Message, timeout: float) -> None:

@@ -16,12 +16,13 @@ from typing import Any
 import pytest
 
 from cron_celery import claims, runs, tasks
-from cron_celery.models import CronExecution, CronJob, Status, Trigger
+from cron_celery.models import Alert, AlertStatus, CronExecution, CronJob, Status, Trigger
 from tests.celery_app import app
 from tests.conftest import marked, wait_for
 from tests.faults.test_beat import start_beat, stop
 from tests.jobsapp import tasks as jobs
 from tests.redis_servers import RedisServer
+from tests.servers import HttpServer
 from tests.workers import Worker
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -87,8 +88,10 @@ def attempt_log(row: CronExecution) -> list[tuple[str, str]]:
 
 def test_a_worker_child_killed_mid_run_is_recorded_lost_and_run_again_with_a_new_fence(started, broker, marker):
     """Issue test 1: SIGKILL the child; its parent records the loss at once, the requeued
-    message runs attempt 2 with the next fence, and the slot has one SUCCEEDED execution."""
-    started()
+    message runs attempt 2 with the next fence, and the slot has one SUCCEEDED execution.
+    The loss is alerted once (a webhook the worker delivers to)."""
+    hook = HttpServer().start()
+    started(CRON_TEST_WEBHOOK_URL=hook.url)
     execution_id = enqueue(jobs.dies_once, broker)
     wait_for(lambda: bool(stamps(marker, "dies-once")), what="the first attempt to start")
     child = CronExecution.objects.get(id=execution_id).pid
@@ -104,6 +107,13 @@ def test_a_worker_child_killed_mid_run_is_recorded_lost_and_run_again_with_a_new
     assert [attempt for attempt, _ in stamps(marker, "dies-once")] == [1, 2]
     assert CronExecution.objects.filter(task_code="T121").count() == 1
     assert CronJob.objects.get(code="T121").consecutive_failures == 0
+    wait_for(lambda: Alert.objects.filter(execution_id=execution_id, status=AlertStatus.SENT).exists(), timeout=30,
+             what="the LOST alert to be delivered")
+    hook.stop()
+    alerts = list(Alert.objects.filter(execution_id=execution_id))
+    assert [(alert.event, alert.channel) for alert in alerts] == [("LOST", "webhook")]
+    sent = hook.received()
+    assert len(sent) == 1 and sent[0].json()["event"] == "LOST" and sent[0].json()["execution_id"] == execution_id
 
 
 def test_a_worker_killed_after_the_commit_but_before_the_ack_does_not_run_the_job_twice(
