@@ -46,3 +46,14 @@ class CronExecutionAdmin(ReadOnly):
     def short_message(self, obj: models.CronExecution) -> str:
         first = obj.message.splitlines()[0] if obj.message else ""
         return first[:100]
+
+
+@admin.register(models.Alert)
+class AlertAdmin(ReadOnly):
+    """The outbox: what was sent, where, and why a delivery failed (secrets redacted)."""
+
+    list_display = ("created_at", "job", "execution", "event", "channel", "status", "attempts", "sent_at",
+                    "last_error")
+    list_filter = ("status", "event", "channel")
+    search_fields = ("job__name", "job__code", "channel")
+    list_select_related = ("job", "execution")

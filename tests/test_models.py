@@ -62,3 +62,4 @@ def test_the_admin_shows_the_history_read_only(admin_client):
     assert detail.status_code == 200 and "second line" in detail.content.decode()
     assert admin_client.post(f"/admin/cron_celery/cronexecution/{claim.execution_id}/change/", {}).status_code == 403
     assert admin_client.get("/admin/cron_celery/cronjob/").status_code == 200
+    assert admin_client.get("/admin/cron_celery/alert/").status_code == 200

@@ -253,4 +253,5 @@ def test_a_broker_down_for_two_slots_leaves_nothing_silently_missing(started, br
             assert {row.status for row in rows} <= {Status.SUCCEEDED, Status.MISSED}
             missed = [row for row in rows if row.status == Status.MISSED]
             assert missed and all(row.error_code == "NOT_DELIVERED" for row in missed)
-            assert all(down - 2 < row.slot.timestamp() < up + 2 for row in missed)
+            # (a message sent just before the kill is lost with the broker's memory too)
+            assert all(down - 4 < row.slot.timestamp() < up + 2 for row in missed)
