@@ -299,7 +299,7 @@ def begin(
                     started = coalesce(started, clock_timestamp()), ended = NULL,
                     retry_count = retry_count + (CASE WHEN status = 'RUNNING' THEN 1 ELSE 0 END),
                     worker = %(worker)s, pid = %(pid)s,
-                    attempts = {_TAKEN_OVER} || {_RECLAIMED},
+                    attempts = CASE WHEN status = 'PENDING' THEN attempts ELSE {_TAKEN_OVER} || {_RECLAIMED} END,
                     celery_task_id = coalesce(nullif(%(task_id)s, ''), celery_task_id)
                 WHERE id = %(id)s AND (status IN ('PENDING', 'RETRYING')
                       OR (status = 'RUNNING' AND lease_until <= now()))
@@ -336,17 +336,27 @@ def _new_attempt(number: str, fence: str) -> str:
 
 def _closed_attempts(status: str, code: str, message: str, when: str = "true") -> str:
     """SQL for ``attempts`` with its last entry ended (when ``when`` holds): its status,
-    end time, error code and the first 500 characters of its message."""
-    return f"""(CASE WHEN jsonb_array_length(attempts) > 0 AND ({when})
-        THEN jsonb_set(attempts, ARRAY[(jsonb_array_length(attempts) - 1)::text],
-                       (attempts -> -1) || jsonb_build_object('status', {status}, 'ended', clock_timestamp(),
-                                                              'error_code', {code}, 'message', left({message}, 500)))
-        ELSE attempts END)"""
+    end time, error code and the first 500 characters of its message.
+
+    The first attempt has no entry until it ends (the hot path writes no JSON at the
+    claim): its entry is then made from the row's own columns, which describe it.
+    """
+    end = f"'status', {status}, 'ended', clock_timestamp(), 'error_code', {code}, 'message', left({message}, 500)"
+    return f"""(CASE WHEN NOT ({when}) THEN attempts
+        WHEN jsonb_array_length(attempts) = 0
+        THEN jsonb_build_array(jsonb_build_object('attempt', 1, 'started', started, 'worker', worker, 'pid', pid,
+                                                  'fence', fence, {end}))
+        ELSE jsonb_set(attempts, ARRAY[(jsonb_array_length(attempts) - 1)::text],
+                       (attempts -> -1) || jsonb_build_object({end}))
+        END)"""
 
 
-_FIRST = _new_attempt("1", "%(fence)s")
 _ENDED = _closed_attempts("%(status)s", "%(code)s", "%(message)s")
-_FIRST_OF_NEW = _new_attempt("1", "j.fence")
+#: ``finish`` keeps the history only once there is one (a retry or a takeover made it): an
+#: execution that ended in its first attempt is described by its own columns, and the hot
+#: path does not touch ``attempts`` at all (``history=False``; measured: about 5 % of a
+#: tracked run).
+_FINISHED = _closed_attempts("%(status)s", "%(code)s", "%(message)s", "jsonb_array_length(attempts) > 0")
 _RECLAIMED = _new_attempt("retry_count + (CASE WHEN status = 'RUNNING' THEN 1 ELSE 0 END) + 1", "%(fence)s")
 _TAKEN_OVER = _closed_attempts("'LOST'", "'LEASE_EXPIRED'", "'taken over after its lease expired'",
                                "status = 'RUNNING'")
@@ -382,7 +392,7 @@ def _claim_new(
                           WHERE job_id = %(job)s AND slot = %(slot)s), 0) + 1,
                 'RUNNING', %(trigger)s, '', %(forced)s, now(), clock_timestamp(), NULL, false, NULL,
                 '', '', '', 0, %(task_id)s, %(worker)s, %(pid)s, j.fence,
-                now() + make_interval(secs => %(lease)s), {_FIRST_OF_NEW}
+                now() + make_interval(secs => %(lease)s), '[]'::jsonb
             FROM j
             ON CONFLICT (job_id, slot, run_number) DO NOTHING
             RETURNING id, run_number, fence
@@ -435,7 +445,7 @@ def _insert(
                 %(finished)s, NULL, %(message)s, '', '', 0, %(task_id)s, %(worker)s, %(pid)s,
                 %(fence)s,
                 CASE WHEN %(running)s THEN now() + make_interval(secs => %(lease)s) END,
-                CASE WHEN %(running)s THEN {_FIRST} ELSE '[]'::jsonb END
+                '[]'::jsonb
             ON CONFLICT (job_id, slot, run_number) DO NOTHING
             RETURNING id, run_number
             """,
@@ -545,13 +555,16 @@ def finish(
     error_code: str = "",
     traceback: str = "",
     result: Any = None,
+    history: bool = True,
 ) -> bool:
     """Write the terminal status and the job's aggregates, only if the fence still holds.
 
     Returns False (and writes nothing) when another claim has taken the execution over.
+    ``history=False`` (the first attempt: ``retry_count`` 0) leaves ``attempts`` alone.
     """
     return finish_counting(job_id=job_id, execution_id=execution_id, fence=fence, status=status,
-                           message=message, error_code=error_code, traceback=traceback, result=result) is not None
+                           message=message, error_code=error_code, traceback=traceback, result=result,
+                           history=history) is not None
 
 
 def finish_counting(
@@ -564,8 +577,10 @@ def finish_counting(
     error_code: str = "",
     traceback: str = "",
     result: Any = None,
+    history: bool = True,
 ) -> int | None:
     """``finish``, returning the job's failures in a row before this outcome (None: fenced)."""
+    attempts = f"attempts = {_FINISHED}," if history else ""
     succeeded = status == S.SUCCEEDED
     with connection.cursor() as cursor:
         # One statement, locks taken in the same order as ``begin``: the job's row first
@@ -577,8 +592,7 @@ def finish_counting(
             e AS (
                 UPDATE {EXE} SET status = %(status)s, ended = clock_timestamp(), completed = true,
                     success = %(ok)s, message = %(message)s, error_code = %(code)s,
-                    traceback = %(tb)s, result = %(result)s::jsonb, lease_until = NULL,
-                    attempts = {_ENDED}
+                    {attempts} traceback = %(tb)s, result = %(result)s::jsonb, lease_until = NULL
                 FROM j
                 WHERE {EXE}.id = %(id)s AND {EXE}.fence = %(fence)s AND {EXE}.status = 'RUNNING'
                 RETURNING {EXE}.job_id

@@ -188,7 +188,7 @@ class CronExecution(models.Model):
     )
     attempts = models.JSONField(
         db_default=models.Value([], output_field=models.JSONField()), blank=True,
-        help_text="Every ended attempt: number, status, times, worker, fence, error",
+        help_text="Every attempt once there were two or more: number, status, times, worker, fence, error",
     )
     republished = models.SmallIntegerField(
         db_default=0, help_text="How often the reconciler sent this execution's message again"
@@ -210,9 +210,6 @@ class CronExecution(models.Model):
             ),
             models.Index(fields=["completed"], name="cron_exec_completed"),
             models.Index(fields=["job", "status"], name="cron_exec_job_status"),
-            # The few executions not finished yet, for the reconciler.
-            models.Index(fields=["status"], name="cron_exec_open",
-                         condition=models.Q(status__in=["PENDING", "RUNNING", "RETRYING"])),
         ]
 
     def __str__(self) -> str:

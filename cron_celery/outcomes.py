@@ -24,10 +24,12 @@ S = models.Status
 
 
 def finish(job: registry.Job, job_id: int, execution_id: int, slot: dt.datetime, *, fence: int, status: str,
-           message: str, error_code: str, traceback: str, result: Any, check_in_id: str = "") -> bool:
+           message: str, error_code: str, traceback: str, result: Any, check_in_id: str = "",
+           history: bool = True) -> bool:
     """``claims.finish`` with alerts, signals and the check-in; False when fenced."""
     kwargs = {"job_id": job_id, "execution_id": execution_id, "fence": fence, "status": status,
-              "message": message, "error_code": error_code, "traceback": traceback, "result": result}
+              "message": message, "error_code": error_code, "traceback": traceback, "result": result,
+              "history": history}
     if alerts.wanted_for(job, status):
         with transaction.atomic():
             recorded = alerts.record(job=job, job_id=job_id, execution_id=execution_id, status=status, counted=False)

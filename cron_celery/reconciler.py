@@ -18,6 +18,9 @@ A pass has four steps, each bounded by ``RECONCILE["BATCH"]`` rows:
 4. **Undelivered alerts.** Alert rows still PENDING ``PENDING_GRACE`` seconds after their
    last delivery attempt (the delivery task was lost) are queued again.
 
+Each step finds its rows job by job through the ``(job, status)`` index, so a pass reads
+the few open executions, not the history, and adds no index to the hot path.
+
 Every change is a conditional statement that locks the job's row first, like the
 worker's claim, so passes on many workers at once (and a live beat) cannot double
 anything; a PostgreSQL advisory lock makes the other workers skip a pass that is running.
@@ -94,8 +97,10 @@ def _expired_leases(report: Report, batch: int) -> None:
     with connection.cursor() as cursor:
         cursor.execute(
             f"""
-            SELECT e.id, e.job_id, j.task FROM {EXE} AS e JOIN {JOB} AS j ON j.id = e.job_id
-            WHERE e.status = 'RUNNING' AND e.lease_until < now() ORDER BY e.lease_until LIMIT %s
+            SELECT e.id, e.job_id, j.task FROM {JOB} AS j CROSS JOIN LATERAL (
+                SELECT id, job_id, lease_until FROM {EXE}
+                WHERE job_id = j.id AND status = 'RUNNING' AND lease_until < now()) AS e
+            ORDER BY e.lease_until LIMIT %s
             """,
             [batch],
         )
@@ -123,9 +128,9 @@ def _stranded(report: Report, options: dict[str, Any]) -> None:
                    j.task, j.catch_up,
                    EXISTS (SELECT 1 FROM {EXE} AS newer WHERE newer.job_id = e.job_id AND newer.slot > e.slot
                            AND newer.trigger IN ('BEAT', 'CATCH_UP'))
-            FROM {EXE} AS e JOIN {JOB} AS j ON j.id = e.job_id
-            WHERE e.status IN ('PENDING', 'RETRYING')
-              AND coalesce(e.lease_until, e.created_at) < now() - make_interval(secs => %s)
+            FROM {JOB} AS j CROSS JOIN LATERAL (
+                SELECT * FROM {EXE} WHERE job_id = j.id AND status IN ('PENDING', 'RETRYING')
+                  AND coalesce(lease_until, created_at) < now() - make_interval(secs => %s)) AS e
             ORDER BY e.job_id, e.slot LIMIT %s
             """,
             [grace, int(options["BATCH"])],

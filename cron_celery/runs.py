@@ -328,6 +328,7 @@ def execute(
         written = outcomes.finish(
             job, job_id(job), claim.execution_id, slot, fence=claim.fence, status=status, message=message,
             error_code=code, traceback=trace, result=stored, check_in_id=check_in_id,
+            history=claim.retry_count > 0,  # a first attempt has no history to close
         )
     except DatabaseError:
         logger.exception("could not record the outcome of execution %s", claim.execution_id,
