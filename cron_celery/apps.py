@@ -16,3 +16,7 @@ class CronCeleryConfig(AppConfig):
         reconciler.connect()
         # Declare every job now, so a duplicate name or code stops start-up at once.
         registry.autodiscover()
+        from cron_celery import conf, retention
+
+        if conf.settings.RETENTION_DAYS:
+            retention.declare_job()

@@ -33,7 +33,7 @@ from django_celery_beat.schedulers import DatabaseScheduler
 from pottery import Redlock
 from pottery.exceptions import ExtendUnlockedLock, QuorumIsImpossible, ReleaseUnlockedLock
 
-from cron_celery import claims, conf, exceptions, locks, outcomes, schedule_sync, schedules, tasks
+from cron_celery import claims, conf, exceptions, health, locks, outcomes, schedule_sync, schedules, tasks
 
 logger = logging.getLogger(__name__)
 
@@ -158,6 +158,7 @@ class Scheduler(DatabaseScheduler):  # type: ignore[misc]
         self.leadership = Leadership(float(conf.settings.BEAT_LEASE_SECONDS))
         self._schedules: dict[tuple[str, str], schedules.Schedule] = {}
         self.published = 0  # executions sent since start
+        self._beat_seen, self._beat_leading = -1e9, False
         super().__init__(*args, **kwargs)
 
     def setup_schedule(self) -> None:
@@ -170,7 +171,9 @@ class Scheduler(DatabaseScheduler):  # type: ignore[misc]
         return super().enabled_models_qs().filter(cron_job__isnull=True)
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
-        if not self.leadership.check():
+        leading = self.leadership.check()
+        self.heartbeat(leading)
+        if not leading:
             return self.tick_seconds
         plain = super().tick(*args, **kwargs)
         wait = self.tick_seconds
@@ -238,6 +241,20 @@ class Scheduler(DatabaseScheduler):  # type: ignore[misc]
             return 0
         return sent
 
+    def heartbeat(self, leading: bool) -> None:
+        """Tell the health check this beat is alive, every few seconds and on every change."""
+        now = time.monotonic()
+        if leading == self._beat_leading and now - self._beat_seen < min(10.0, self.leadership.ttl / 3):
+            return
+        try:
+            health.beat_seen(self.leadership.identity, leading)
+        except Exception:  # health reporting must not stop the schedule
+            logger.exception("cron_celery beat: could not record its heartbeat")
+            return
+        self._beat_seen, self._beat_leading = now, leading
+
     def close(self) -> None:
+        with contextlib.suppress(Exception):
+            health.beat_gone(self.leadership.identity)
         self.leadership.release()
         super().close()

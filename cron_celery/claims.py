@@ -613,6 +613,12 @@ def finish_counting(
     return None if row is None else int(row[0])
 
 
+def count_fenced(job_id: int) -> None:
+    """Count an outcome that was not recorded because the run had been taken over."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"UPDATE {JOB} SET fenced_count = fenced_count + 1 WHERE id = %s", [job_id])
+
+
 def job_code(job_id: int) -> str | None:
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT code FROM {JOB} WHERE id = %s", [job_id])

@@ -19,6 +19,7 @@ LOCK_DEFAULTS: dict[str, Any] = {"MASTERS": None, "TTL": 60}
 NOTIFICATION_DEFAULTS: dict[str, Any] = {
     "on_failure": [], "on_recovery": [], "on_success": [], "timeout": 10, "max_attempts": 5,
 }
+HEALTH_DEFAULTS: dict[str, Any] = {"BEAT_STALE_SECONDS": 90, "OVERDUE_SECONDS": 120}
 RECONCILE_DEFAULTS: dict[str, Any] = {
     "INTERVAL": 30, "PENDING_GRACE": 300, "REPUBLISH_LIMIT": 3, "MISSED_GRACE": 120, "BATCH": 500,
 }
@@ -70,6 +71,16 @@ class Settings:
     NOTIFICATIONS: dict[str, Any] = dataclasses.field(default_factory=lambda: dict(NOTIFICATION_DEFAULTS))
     #: Where the admin is served (``https://ops.example.com``): alerts link to the execution.
     ADMIN_BASE_URL: str = ""
+    #: Bearer token for the status, health, metrics and run endpoints (besides staff
+    #: sessions); empty = sessions only.
+    API_TOKEN: str = ""
+    #: Health: a leading beat unseen for ``BEAT_STALE_SECONDS``, or a job whose next slot is
+    #: ``OVERDUE_SECONDS`` late, makes the health endpoint answer 503.
+    HEALTH: dict[str, Any] = dataclasses.field(default_factory=lambda: dict(HEALTH_DEFAULTS))
+    #: Days of history to keep (the built-in daily retention job); ``None`` = keep all.
+    RETENTION_DAYS: int | None = None
+    #: Which statuses the retention job deletes (never PENDING, RUNNING or RETRYING).
+    RETENTION_STATUSES: tuple[str, ...] = ("SUCCEEDED", "SKIPPED")
 
 
 FIELDS = {field.name: field for field in dataclasses.fields(Settings)}
@@ -93,6 +104,8 @@ def load() -> Settings:
         values["LOCK"] = {**LOCK_DEFAULTS, **values["LOCK"]}
     if isinstance(values.get("NOTIFICATIONS"), dict):
         values["NOTIFICATIONS"] = {**NOTIFICATION_DEFAULTS, **values["NOTIFICATIONS"]}
+    if isinstance(values.get("HEALTH"), dict):
+        values["HEALTH"] = {**HEALTH_DEFAULTS, **values["HEALTH"]}
     if isinstance(values.get("RECONCILE"), dict):
         values["RECONCILE"] = {**RECONCILE_DEFAULTS, **values["RECONCILE"]}
     return Settings(**values)

@@ -73,3 +73,7 @@ class DeliveryAttemptFailed(DeliveryFailed):
 class UnknownChannel(CronCeleryError):
     """Unknown notification channel {name!r}: use email, slack, telegram, webhook, sentry, a name
     defined under NOTIFICATIONS['channels'], or a dotted path to a Channel class."""
+
+
+class PublishFailed(CronCeleryError):
+    """could not be sent to the broker; nothing will run (the execution is closed FAILED, PUBLISH_FAILED)."""

@@ -135,6 +135,9 @@ class CronJob(models.Model):
         null=True, blank=True, help_text="When the open incident was last alerted; empty = no alerted incident"
     )
     consecutive_failures = models.IntegerField(default=0)
+    fenced_count = models.IntegerField(
+        db_default=0, help_text="Outcomes not recorded because another worker had taken the run over"
+    )
     last_status = models.CharField(max_length=20, choices=Status.choices, blank=True)
     last_run_at = models.DateTimeField(null=True, blank=True)
     last_success_at = models.DateTimeField(null=True, blank=True)
@@ -252,3 +255,18 @@ class Alert(models.Model):
 
     def __str__(self) -> str:
         return f"{self.event} of execution {self.execution_id} on {self.channel}: {self.status}"
+
+
+class BeatHeartbeat(models.Model):
+    """One row per beat process: whether it leads, and when it was last seen (for health)."""
+
+    identity = models.CharField(max_length=200, unique=True, help_text="host:pid")
+    leading = models.BooleanField(default=False)
+    started_at = models.DateTimeField(db_default=Now())
+    seen_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        ordering = ["-seen_at"]
+
+    def __str__(self) -> str:
+        return f"{self.identity} ({'leader' if self.leading else 'standby'})"

@@ -339,7 +339,7 @@ def execute(
         if job_lock is not None:
             job_lock.release()
     if not written:
-        leases.counters["fenced"] += 1
+        claims.count_fenced(job_id(job))
         logger.warning("execution %s was fenced: its outcome (%s) is not recorded",
                        claim.execution_id, status, extra=extra)
         status = FENCED

@@ -278,3 +278,23 @@ def apply_edits(now: dt.datetime | None = None, limit: int = 1000) -> int:
                 [list(column) for column in zip(*updates, strict=True)],
             )
     return len(rows)
+
+
+def slot_for(job: registry.Job, day: str | None = None, at: str | None = None) -> dt.datetime:
+    """The slot a person means: ``at`` (an exact time, checked against ``day`` if both are
+    given), else the job's first slot on ``day`` (default: today in the job's timezone) by
+    the schedule in effect. Raises ``InvalidSlot`` with what to do instead."""
+    if at:
+        slot = schedules.parse_slot(at, job.tzinfo)
+        if day and schedules.execution_date(slot, job.tzinfo) != schedules.parse_date(day):
+            raise exceptions.InvalidSlot(
+                f"--at falls on {schedules.execution_date(slot, job.tzinfo)} in "
+                f"{job.timezone}, not on {day}.", value=at)
+        return slot
+    date = schedules.parse_date(day) if day else dt.datetime.now(job.tzinfo).date()
+    first = in_effect(job).first_slot_on(date)
+    if first is None:
+        raise exceptions.InvalidSlot(
+            f"job {job.name!r} has no slot on {date} ({job.schedule}); name one with --at.",
+            value=day or str(date))
+    return first

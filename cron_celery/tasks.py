@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 from collections.abc import Callable
@@ -10,7 +11,7 @@ from typing import Any, ClassVar, TypeVar, overload
 import celery
 from celery import shared_task
 
-from cron_celery import exceptions, models, registry, runs, schedules
+from cron_celery import claims, exceptions, models, registry, runs, schedules
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +39,37 @@ def headers(execution_id: int, slot: dt.datetime, trigger: str, *, force: bool =
     if rerun:
         values[HEADER_RERUN] = True
     return values
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Sent:
+    """A run sent to the workers on request: its PENDING execution and Celery task."""
+
+    execution_id: int
+    run_number: int
+    celery_task_id: str
+
+
+def send_run(job: registry.Job, slot: dt.datetime, trigger: str, *, force: bool = False,
+             rerun: bool = False) -> Sent:
+    """Send one run of a slot to the workers (``run_cron_task --enqueue``, the API, the admin,
+    backfills): a PENDING execution, then its message. If the broker refuses the message the
+    execution is closed FAILED (``PUBLISH_FAILED``) and ``PublishFailed`` is raised."""
+    from celery import current_app
+
+    execution_id, run_number = claims.enqueue(
+        job=job, job_id=runs.job_id(job), slot=slot, execution_date=schedules.execution_date(slot, job.tzinfo),
+        trigger=trigger, forced=force or rerun,
+    )
+    try:
+        result = current_app.send_task(job.task_name, headers=headers(execution_id, slot, trigger, force=force,
+                                                                      rerun=rerun))
+    except Exception as exc:
+        # Nothing was sent: close the PENDING row so it does not block the slot.
+        claims.abandon(execution_id, f"Could not send the run to the broker: {exc}")
+        raise exceptions.PublishFailed(f"({type(exc).__name__}: {exc})") from None
+    claims.set_celery_task_id(execution_id, result.id)
+    return Sent(execution_id=execution_id, run_number=run_number, celery_task_id=str(result.id))
 
 
 def send(app: celery.Celery, task_name: str, *, execution_id: int, slot: dt.datetime, trigger: str,

@@ -10,7 +10,7 @@ from django.db import connection
 from django.test import override_settings
 
 from cron_celery import claims, leases, runs
-from cron_celery.models import CronExecution, Status, Trigger
+from cron_celery.models import CronExecution, CronJob, Status, Trigger
 from tests.conftest import make_job
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -67,4 +67,5 @@ def test_a_run_whose_execution_was_taken_over_is_cancelled_and_records_nothing()
     assert outcome.status == runs.FENCED and outcome.execution_id is not None
     row = CronExecution.objects.get(id=outcome.execution_id)
     assert (row.status, row.fence, row.message) == (Status.RUNNING, observed["new_fence"], "")
-    assert leases.counters["fenced"] >= fenced_before + 2  # the heartbeat and the finish
+    assert leases.counters["fenced"] >= fenced_before + 1  # the heartbeat noticed it in this process
+    assert CronJob.objects.get(id=job_id).fenced_count == 1  # the outcome that was not written

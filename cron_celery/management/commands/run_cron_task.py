@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from cron_celery import claims, exceptions, models, registry, runs, schedule_sync, schedules, tasks
+from cron_celery import exceptions, models, registry, runs, schedule_sync, schedules, tasks
 
 #: Exit codes: 0 ran (or the slot was already done), 1 failed or bad input, 2 refused.
 EXIT_OK, EXIT_FAILED, EXIT_REFUSED = 0, 1, 2
@@ -40,7 +40,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         try:
             job = registry.get(options["job"])
-            slot = self._slot(job, options["date"], options["at"])
+            slot = schedule_sync.slot_for(job, options["date"], options["at"])
         except exceptions.CronCeleryError as exc:
             raise self.fail(str(exc)) from None
         if options["enqueue"]:
@@ -72,45 +72,12 @@ class Command(BaseCommand):
         first = outcome.message.splitlines()[0] if outcome.message else ""
         raise self.fail(f"{label} {outcome.status.lower()} {where}: {first[:500]}")
 
-    def _slot(self, job: registry.Job, day: str | None, at: str | None) -> dt.datetime:
-        if at:
-            slot = schedules.parse_slot(at, job.tzinfo)
-            if day and schedules.execution_date(slot, job.tzinfo) != schedules.parse_date(day):
-                raise exceptions.InvalidSlot(
-                    f"--at falls on {schedules.execution_date(slot, job.tzinfo)} in "
-                    f"{job.timezone}, not on {day}.", value=at)
-            return slot
-        date = schedules.parse_date(day) if day else dt.datetime.now(job.tzinfo).date()
-        first = schedule_sync.in_effect(job).first_slot_on(date)
-        if first is None:
-            raise exceptions.InvalidSlot(
-                f"job {job.name!r} has no slot on {date} ({job.schedule}); name one with --at.",
-                value=day or str(date))
-        return first
-
     def _enqueue(self, job: registry.Job, slot: dt.datetime, *, force: bool, rerun: bool) -> None:
-        from celery import current_app
-
-        execution_id, run_number = claims.enqueue(
-            job=job, job_id=runs.job_id(job), slot=slot,
-            execution_date=schedules.execution_date(slot, job.tzinfo),
-            trigger=models.Trigger.ENQUEUE, forced=force or rerun,
-        )
-        headers = {tasks.HEADER_SLOT: schedules.iso(slot), tasks.HEADER_EXECUTION: execution_id,
-                   tasks.HEADER_TRIGGER: models.Trigger.ENQUEUE}
-        if force:
-            headers[tasks.HEADER_FORCE] = True
-        if rerun:
-            headers[tasks.HEADER_RERUN] = True
         try:
-            result = current_app.send_task(job.task_name, headers=headers)
-        except Exception as exc:
-            # Nothing was sent: close the PENDING row so it does not block the slot.
-            claims.abandon(execution_id, f"Could not send the run to the broker: {exc}")
-            raise self.fail(f"{job.name} {schedules.iso(slot)} could not be sent to the broker "
-                            f"({type(exc).__name__}: {exc}); nothing will run.") from None
-        claims.set_celery_task_id(execution_id, result.id)
+            sent = tasks.send_run(job, slot, models.Trigger.ENQUEUE, force=force, rerun=rerun)
+        except exceptions.PublishFailed as exc:
+            raise self.fail(f"{job.name} {schedules.iso(slot)} {exc}") from None
         self.stdout.write(self.style.SUCCESS(
             f"{job.name} {schedules.iso(slot)} sent to the workers "
-            f"(execution {execution_id}, run #{run_number}, task {result.id})"
+            f"(execution {sent.execution_id}, run #{sent.run_number}, task {sent.celery_task_id})"
         ))

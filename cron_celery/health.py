@@ -1,0 +1,97 @@
+"""Is the system doing its job? The dead-man's switch behind ``health/`` and ``cron_check``.
+
+Healthy means: a beat leads and was seen within ``HEALTH["BEAT_STALE_SECONDS"]`` (only
+required when some job has a schedule), and no unpaused job's next slot is more than
+``HEALTH["OVERDUE_SECONDS"]`` late. Each check is one indexed query.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import os
+import socket
+from typing import Any
+
+from django.db import connection
+from django.utils import timezone
+
+from cron_celery import conf, models
+
+JOB = models.CronJob._meta.db_table
+BEAT = models.BeatHeartbeat._meta.db_table
+IDENTITY = f"{socket.gethostname()}:{os.getpid()}"
+#: Most overdue jobs named in a report.
+OVERDUE_SHOWN = 50
+
+
+def beat_seen(identity: str, leading: bool) -> None:
+    """Record that this beat is alive (called by the scheduler every few seconds)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            INSERT INTO {BEAT} (identity, leading, started_at, seen_at) VALUES (%s, %s, now(), now())
+            ON CONFLICT (identity) DO UPDATE SET leading = EXCLUDED.leading, seen_at = now()
+            """,
+            [identity[:200], leading],
+        )
+
+
+def beat_gone(identity: str) -> None:
+    """A beat that stops says so, so that health does not wait for it to go stale."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"UPDATE {BEAT} SET leading = false, seen_at = now() WHERE identity = %s", [identity[:200]])
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Report:
+    ok: bool
+    reasons: list[str]
+    beat: dict[str, Any] | None  # the freshest leading beat
+    overdue: list[dict[str, Any]]
+    checked_at: dt.datetime
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"status": "ok" if self.ok else "unhealthy", "reasons": self.reasons, "beat": self.beat,
+                "overdue": self.overdue, "checked_at": self.checked_at.isoformat()}
+
+
+def check() -> Report:
+    options = conf.settings.HEALTH
+    stale = float(options["BEAT_STALE_SECONDS"])
+    late = float(options["OVERDUE_SECONDS"])
+    reasons: list[str] = []
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            SELECT now(),
+                   (SELECT next_run_at FROM {JOB} WHERE next_run_at IS NOT NULL AND NOT paused
+                    ORDER BY next_run_at LIMIT 1) IS NOT NULL,
+                   b.identity, b.seen_at, extract(epoch FROM now() - b.seen_at)
+            FROM (SELECT 1) AS one
+            LEFT JOIN LATERAL (SELECT identity, seen_at FROM {BEAT} WHERE leading ORDER BY seen_at DESC LIMIT 1) AS b
+                ON true
+            """
+        )
+        now, scheduled, identity, seen_at, age = cursor.fetchone()
+        cursor.execute(
+            f"""
+            SELECT name, code, next_run_at, extract(epoch FROM now() - next_run_at) FROM {JOB}
+            WHERE next_run_at < now() - make_interval(secs => %s) AND NOT paused
+            ORDER BY next_run_at LIMIT %s
+            """,
+            [late, OVERDUE_SHOWN],
+        )
+        overdue = [{"job": name, "code": code, "next_slot": slot.isoformat(), "late_seconds": round(float(behind), 1)}
+                   for name, code, slot, behind in cursor.fetchall()]
+    beat = None
+    if identity is not None:
+        beat = {"identity": identity, "seen_at": seen_at.isoformat(), "age_seconds": round(float(age), 1)}
+    if scheduled and beat is None:
+        reasons.append("no beat is leading: start `celery beat -S cron_celery.beat.Scheduler`")
+    elif scheduled and beat is not None and float(age) > stale:
+        reasons.append(f"the leading beat {identity} was last seen {float(age):.0f} s ago (limit {stale:g} s)")
+    for item in overdue:
+        reasons.append(f"job {item['job']} ({item['code']}) is {item['late_seconds']:.0f} s late for its slot "
+                       f"{item['next_slot']} (limit {late:g} s)")
+    return Report(ok=not reasons, reasons=reasons, beat=beat, overdue=overdue, checked_at=now or timezone.now())
