@@ -17,6 +17,7 @@ def register() -> None:
     checks.register(check_lock, TAG)
     checks.register(check_timing, TAG)
     checks.register(check_notifications, TAG)
+    checks.register(check_operations, TAG)
 
 
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
@@ -215,4 +216,39 @@ def check_notifications(app_configs: Any = None, **kwargs: Any) -> list[checks.C
     if base and not (isinstance(base, str) and base.startswith(("http://", "https://"))):
         errors.append(checks.Error(f"CRON_CELERY['ADMIN_BASE_URL'] must start with http:// or https://, not {base!r}.",
                                    id="cron_celery.E012"))
+    return errors
+
+
+def check_operations(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """API_TOKEN, HEALTH and retention settings (E013)."""
+    try:
+        values = conf.load()
+    except TypeError:
+        return []
+    errors: list[checks.CheckMessage] = []
+
+    def error(text: str) -> None:
+        errors.append(checks.Error(text, hint="See docs/operations.md.", id="cron_celery.E013"))
+
+    if not isinstance(values.API_TOKEN, str):
+        error(f"CRON_CELERY['API_TOKEN'] must be a string, not {type(values.API_TOKEN).__name__}.")
+    elif values.API_TOKEN and len(values.API_TOKEN) < 16:
+        error("CRON_CELERY['API_TOKEN'] is shorter than 16 characters: use a long random string.")
+    health = values.HEALTH
+    if not isinstance(health, dict) or set(health) - set(conf.HEALTH_DEFAULTS):
+        error(f"CRON_CELERY['HEALTH'] takes {', '.join(conf.HEALTH_DEFAULTS)}.")
+    else:
+        for key in conf.HEALTH_DEFAULTS:
+            value = health.get(key)
+            if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
+                error(f"CRON_CELERY['HEALTH'][{key!r}] must be a number of seconds above 0, not {value!r}.")
+    days = values.RETENTION_DAYS
+    if days is not None and (not isinstance(days, int) or isinstance(days, bool) or days < 1):
+        error(f"CRON_CELERY['RETENTION_DAYS'] must be a whole number of days (1 or more) or None, not {days!r}.")
+    from cron_celery import retention
+
+    try:
+        retention.statuses(list(values.RETENTION_STATUSES))
+    except (ValueError, TypeError) as problem:
+        error(f"CRON_CELERY['RETENTION_STATUSES']: {problem}.")
     return errors
