@@ -1,17 +1,30 @@
-"""Read-only admin pages for jobs and their execution history.
+"""The admin: a jobs dashboard, the execution history and the alerts outbox.
 
-History is an audit trail: nothing here edits an execution. (A fuller dashboard with
-actions is planned; these pages already let a person find any run and read its error.)
+History is an audit trail: no form edits an execution. Actions go through the same code
+paths as the commands (``tasks.send_run``, ``backfill``, ``outcomes``), so an action in
+the admin is recorded like any other run.
 """
 
 from __future__ import annotations
 
+import csv
+import datetime as dt
+from collections.abc import Iterator
 from typing import Any
 
-from django.contrib import admin
-from django.http import HttpRequest
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
 
-from cron_celery import models
+from cron_celery import alerts, backfill, dashboard, exceptions, models, outcomes, registry, tasks
+
+S = models.Status
 
 
 class ReadOnly(admin.ModelAdmin):  # type: ignore[type-arg]
@@ -25,35 +38,273 @@ class ReadOnly(admin.ModelAdmin):  # type: ignore[type-arg]
         return False
 
 
+def _declared(job: models.CronJob) -> registry.Job | None:
+    try:
+        return registry.get(job.code)
+    except exceptions.UnknownJob:
+        return None
+
+
+class BackfillForm(forms.Form):
+    start = forms.DateField(label="From", help_text="First date, in the job's timezone")
+    end = forms.DateField(label="To", help_text="Last date (inclusive)")
+    force = forms.BooleanField(required=False, label="Also slots that already ran")
+
+
 @admin.register(models.CronJob)
 class CronJobAdmin(ReadOnly):
-    list_display = ("name", "code", "pattern", "overlap", "timezone", "paused", "last_status",
-                    "last_run_at", "last_success_at", "consecutive_failures")
-    list_filter = ("pattern", "overlap", "paused", "last_status")
+    """The dashboard: one row per job, its health at a glance."""
+
+    list_display = ("status_badge", "name", "code", "schedule_text", "timezone_shown", "next_slot", "last_success_at",
+                    "consecutive_failures", "success_rate", "median_duration", "last_runs")
+    list_display_links = ("name",)
+    list_filter = ("last_status", "paused", "pattern", "overlap")
     search_fields = ("name", "code", "task")
+    list_per_page = 50
+    actions = ("run_now", "pause", "resume", "backfill_range")
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[models.CronJob]:
+        queryset = super().get_queryset(request).select_related("periodic_task")
+        return dashboard.with_figures(queryset) if request.resolver_match and \
+            request.resolver_match.url_name == "cron_celery_cronjob_changelist" else queryset
+
+    @admin.display(description="status", ordering="last_status")
+    def status_badge(self, job: models.CronJob) -> SafeString:
+        if job.paused:
+            return dashboard.badge(S.SKIPPED, "paused")
+        return dashboard.badge(job.last_status)
+
+    @admin.display(description="schedule")
+    def schedule_text(self, job: models.CronJob) -> SafeString:
+        words = dashboard.describe(job.schedule)
+        if job.periodic_task_id:
+            url = reverse("admin:django_celery_beat_periodictask_change", args=[job.periodic_task_id])
+            return format_html('<a href="{}" title="Edit the schedule">{}</a><br><code>{}</code>', url, words,
+                               job.schedule)
+        return format_html("{}<br><code>{}</code>", words, job.schedule or "—")
+
+    @admin.display(description="timezone")
+    def timezone_shown(self, job: models.CronJob) -> str:
+        return job.schedule_timezone or job.timezone
+
+    @admin.display(description="next slot", ordering="next_run_at")
+    def next_slot(self, job: models.CronJob) -> str:
+        return job.next_run_at.strftime("%Y-%m-%d %H:%M:%S UTC") if job.next_run_at else "—"
+
+    @admin.display(description="success 7 d")
+    def success_rate(self, job: Any) -> str:
+        total = getattr(job, "week_total", None)
+        if not total:
+            return "—"
+        return f"{100 * job.week_ok / total:.0f} % of {total}"
+
+    @admin.display(description="median 7 d")
+    def median_duration(self, job: Any) -> str:
+        seconds = getattr(job, "week_median", None)
+        if seconds is None:
+            return "—"
+        return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.1f} s"
+
+    @admin.display(description="last 30 runs")
+    def last_runs(self, job: Any) -> SafeString:
+        return dashboard.chart(getattr(job, "recent", None))
+
+    @admin.action(description="Run now (send to the workers)")
+    def run_now(self, request: HttpRequest, queryset: QuerySet[models.CronJob]) -> None:
+        for job in queryset:
+            declared = _declared(job)
+            if declared is None:
+                self.message_user(request, f"{job.name}: not declared in this code base.", messages.ERROR)
+                continue
+            try:
+                sent = tasks.send_run(declared, dt.datetime.now(dt.UTC).replace(second=0, microsecond=0),
+                                      models.Trigger.ADMIN, force=True)
+            except exceptions.CronCeleryError as error:
+                self.message_user(request, f"{job.name}: {error}", messages.ERROR)
+                continue
+            self.message_user(request, f"{job.name}: sent (execution {sent.execution_id}).", messages.SUCCESS)
+
+    @admin.action(description="Pause")
+    def pause(self, request: HttpRequest, queryset: QuerySet[models.CronJob]) -> None:
+        self._set_paused(request, queryset, True)
+
+    @admin.action(description="Resume")
+    def resume(self, request: HttpRequest, queryset: QuerySet[models.CronJob]) -> None:
+        self._set_paused(request, queryset, False)
+
+    def _set_paused(self, request: HttpRequest, queryset: QuerySet[models.CronJob], paused: bool) -> None:
+        for job in queryset.select_related("periodic_task"):
+            task = job.periodic_task
+            if task is not None:  # the periodic task is the switch; the beat follows it
+                task.enabled = not paused
+                task.save(update_fields=["enabled"])
+            else:
+                models.CronJob.objects.filter(id=job.id).update(paused=paused)
+        verb = "paused" if paused else "resumed"
+        self.message_user(request, f"{queryset.count()} job(s) {verb}.", messages.SUCCESS)
+
+    @admin.action(description="Backfill a date range…")
+    def backfill_range(self, request: HttpRequest, queryset: QuerySet[models.CronJob]) -> HttpResponse | None:
+        form = BackfillForm(request.POST if "apply" in request.POST else None)
+        if "apply" in request.POST and form.is_valid():
+            for job in queryset:
+                declared = _declared(job)
+                if declared is None:
+                    self.message_user(request, f"{job.name}: not declared in this code base.", messages.ERROR)
+                    continue
+                try:
+                    planned = backfill.plan(declared, form.cleaned_data["start"], form.cleaned_data["end"],
+                                            force=form.cleaned_data["force"])
+                    sent = backfill.send(declared, planned)
+                except exceptions.CronCeleryError as error:
+                    self.message_user(request, f"{job.name}: {error}", messages.ERROR)
+                    continue
+                skipped = f"; {len(planned.done)} already ran" if planned.done else ""
+                self.message_user(request, f"{job.name}: {len(sent)} slots sent{skipped}.", messages.SUCCESS)
+            return None
+        return TemplateResponse(request, "admin/cron_celery/backfill.html", {
+            **self.admin_site.each_context(request), "title": "Backfill", "form": form, "jobs": queryset,
+            "action": "backfill_range", "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
+            "opts": self.model._meta,
+        })
+
+
+class AlertInline(admin.TabularInline):  # type: ignore[type-arg]
+    model = models.Alert
+    extra = 0
+    can_delete = False
+    fields = ("event", "channel", "status", "attempts", "sent_at", "last_error")
+    readonly_fields = fields
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
 
 
 @admin.register(models.CronExecution)
 class CronExecutionAdmin(ReadOnly):
-    list_display = ("task_name", "slot", "run_number", "status", "trigger", "skip_reason",
+    list_display = ("status_badge", "task_name", "slot", "run_number", "trigger", "skip_reason", "attempt",
                     "duration", "short_message")
     list_filter = ("status", "trigger", "skip_reason", "task_name")
-    search_fields = ("task_code", "task_name", "celery_task_id", "message")
+    search_fields = ("task_code", "task_name", "celery_task_id")
     date_hierarchy = "slot"
     list_select_related = ("job",)
+    show_full_result_count = False  # no count(*) over the whole history on every page
+    actions = ("rerun", "mark_lost", "export_csv")
+    inlines = (AlertInline,)
+    readonly_fields = ("attempt_history",)
+    fieldsets = (
+        (None, {"fields": ("job", "task_name", "task_code", "slot", "execution_date", "run_number", "status",
+                           "trigger", "skip_reason", "forced")}),
+        ("Outcome", {"fields": ("started", "ended", "success", "message", "error_code", "traceback", "result")}),
+        ("Attempts", {"fields": ("retry_count", "attempt_history", "fence", "worker", "pid", "lease_until",
+                                 "celery_task_id", "republished")}),
+    )
+
+    @admin.display(description="status", ordering="status")
+    def status_badge(self, row: models.CronExecution) -> SafeString:
+        return dashboard.badge(row.status)
+
+    @admin.display(description="attempt")
+    def attempt(self, row: models.CronExecution) -> int:
+        return row.retry_count + 1
 
     @admin.display(description="message")
-    def short_message(self, obj: models.CronExecution) -> str:
-        first = obj.message.splitlines()[0] if obj.message else ""
+    def short_message(self, row: models.CronExecution) -> str:
+        first = row.message.splitlines()[0] if row.message else ""
         return first[:100]
+
+    @admin.display(description="every attempt")
+    def attempt_history(self, row: models.CronExecution) -> SafeString:
+        entries = row.attempts or [{"attempt": 1, "started": row.started, "ended": row.ended, "worker": row.worker,
+                                    "pid": row.pid, "fence": row.fence, "status": row.status,
+                                    "error_code": row.error_code, "message": row.message[:500]}]
+        cells = [(entry.get("attempt"), dashboard.badge(str(entry.get("status") or S.RUNNING)), entry.get("started"),
+                  entry.get("ended") or "—", f"{entry.get('worker') or '—'} / {entry.get('pid') or '—'}",
+                  entry.get("fence"), entry.get("error_code") or "", entry.get("message") or "")
+                 for entry in entries]
+        rows = format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
+                                    "<td>{}</td><td>{}</td></tr>", cells)
+        return format_html("<table><thead><tr><th>#</th><th>status</th><th>started</th><th>ended</th>"
+                           "<th>worker / pid</th><th>fence</th><th>error code</th><th>message</th></tr></thead>"
+                           "<tbody>{}</tbody></table>", rows)
+
+    @admin.action(description="Re-run the selected slots (forced)")
+    def rerun(self, request: HttpRequest, queryset: QuerySet[models.CronExecution]) -> None:
+        for row in queryset.select_related("job"):
+            declared = _declared(row.job)
+            if declared is None:
+                self.message_user(request, f"{row.task_name}: not declared in this code base.", messages.ERROR)
+                continue
+            try:
+                sent = tasks.send_run(declared, row.slot, models.Trigger.ADMIN, force=True)
+            except exceptions.CronCeleryError as error:
+                self.message_user(request, f"{row}: {error}", messages.ERROR)
+                continue
+            self.message_user(request, f"{row.task_name} {row.slot:%Y-%m-%d %H:%M}: sent again "
+                                       f"(execution {sent.execution_id}).", messages.SUCCESS)
+
+    @admin.action(description="Mark stuck executions LOST")
+    def mark_lost(self, request: HttpRequest, queryset: QuerySet[models.CronExecution]) -> None:
+        user = getattr(request.user, "get_username", lambda: "someone")()
+        done = 0
+        for row in queryset.filter(status__in=[S.PENDING, S.RUNNING, S.RETRYING]).select_related("job"):
+            done += outcomes.unstarted(
+                _declared(row.job), job_id=row.job_id, execution_id=row.id, slot=row.slot, status=S.LOST,
+                error_code="MARKED_LOST", message=f"Marked LOST in the admin by {user}.", running_too=True)
+        self.message_user(request, f"{done} execution(s) marked LOST; finished ones are left as they are.",
+                          messages.SUCCESS if done else messages.WARNING)
+
+    @admin.action(description="Export the selection as CSV")
+    def export_csv(self, request: HttpRequest, queryset: QuerySet[models.CronExecution]) -> StreamingHttpResponse:
+        response = StreamingHttpResponse(_csv_rows(queryset), content_type="text/csv; charset=utf-8")
+        response["Content-Disposition"] = 'attachment; filename="cron-executions.csv"'
+        return response
+
+    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
+        return super().get_actions(request) if request.user.is_staff else {}
+
+
+CSV_FIELDS = ("id", "task_name", "task_code", "slot", "execution_date", "run_number", "status", "trigger",
+              "skip_reason", "retry_count", "started", "ended", "error_code", "message", "worker", "fence",
+              "celery_task_id")
+
+
+class _Echo:
+    def write(self, value: str) -> str:
+        return value
+
+
+def _csv_rows(queryset: QuerySet[models.CronExecution]) -> Iterator[str]:
+    """The rows as CSV lines, read in chunks: constant memory whatever the selection."""
+    writer = csv.writer(_Echo())
+    yield writer.writerow(CSV_FIELDS)
+    for values in queryset.order_by("id").values_list(*CSV_FIELDS).iterator(chunk_size=2000):
+        yield writer.writerow(["" if value is None else value for value in values])
 
 
 @admin.register(models.Alert)
 class AlertAdmin(ReadOnly):
     """The outbox: what was sent, where, and why a delivery failed (secrets redacted)."""
 
-    list_display = ("created_at", "job", "execution", "event", "channel", "status", "attempts", "sent_at",
+    list_display = ("created_at", "job", "execution", "event", "channel", "status_badge", "attempts", "sent_at",
                     "last_error")
     list_filter = ("status", "event", "channel")
     search_fields = ("job__name", "job__code", "channel")
     list_select_related = ("job", "execution")
+    actions = ("resend",)
+
+    @admin.display(description="status", ordering="status")
+    def status_badge(self, alert: models.Alert) -> SafeString:
+        colours: dict[str, str] = {models.AlertStatus.SENT: S.SUCCEEDED, models.AlertStatus.FAILED: S.FAILED}
+        colour = colours.get(alert.status, S.PENDING)
+        return dashboard.badge(colour, alert.status.lower())
+
+    @admin.action(description="Send again")
+    def resend(self, request: HttpRequest, queryset: QuerySet[models.Alert]) -> None:
+        ids = list(queryset.values_list("id", flat=True))
+        models.Alert.objects.filter(id__in=ids).update(status=models.AlertStatus.PENDING, last_error="")
+        alerts.send_soon(ids)
+        self.message_user(request, f"{len(ids)} alert(s) queued for delivery.", messages.SUCCESS)

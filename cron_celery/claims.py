@@ -761,9 +761,13 @@ def end_dead_attempts(
                  slot=row[4], trigger=str(row[5]))
 
 
-def close_unstarted(*, job_id: int, execution_id: int, status: str, error_code: str, message: str) -> bool:
+def close_unstarted(*, job_id: int, execution_id: int, status: str, error_code: str, message: str,
+                    running_too: bool = False) -> bool:
     """End a PENDING or RETRYING execution that never started: MISSED (the catch-up policy
-    will not run it late) or LOST (its message never arrived). LOST counts as a failure."""
+    will not run it late) or LOST (its message never arrived). LOST counts as a failure.
+    ``running_too``: a person marks a stuck RUNNING execution LOST (its worker, if alive,
+    is fenced: its next heartbeat and its finish match no row)."""
+    open_statuses = ["PENDING", "RETRYING", "RUNNING"] if running_too else ["PENDING", "RETRYING"]
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(
             f"""
@@ -773,14 +777,15 @@ def close_unstarted(*, job_id: int, execution_id: int, status: str, error_code: 
                     success = CASE WHEN %(status)s = 'MISSED' THEN NULL ELSE false END,
                     ended = now(), lease_until = NULL, error_code = %(code)s, message = %(message)s
                 FROM j
-                WHERE {EXE}.id = %(id)s AND {EXE}.job_id = j.id AND {EXE}.status IN ('PENDING', 'RETRYING')
+                WHERE {EXE}.id = %(id)s AND {EXE}.job_id = j.id AND {EXE}.status = ANY(%(open)s)
                 RETURNING {EXE}.job_id
             )
             UPDATE {JOB} SET consecutive_failures = consecutive_failures + 1, last_status = %(status)s,
                 last_run_at = now()
             FROM e WHERE {JOB}.id = e.job_id AND %(status)s <> 'MISSED'
             """,
-            {"job": job_id, "id": execution_id, "status": status, "code": error_code, "message": message[:1000]},
+            {"job": job_id, "id": execution_id, "status": status, "code": error_code, "message": message[:1000],
+             "open": open_statuses},
         )
         cursor.execute(f"SELECT status = %s FROM {EXE} WHERE id = %s", [status, execution_id])
         row = cursor.fetchone()

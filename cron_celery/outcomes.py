@@ -62,11 +62,11 @@ def dead(job: registry.Job | None, **kwargs: Any) -> claims.Ended | None:
 
 
 def unstarted(job: registry.Job | None, *, job_id: int, execution_id: int, slot: dt.datetime, status: str,
-              error_code: str, message: str) -> bool:
+              error_code: str, message: str, running_too: bool = False) -> bool:
     """``claims.close_unstarted`` (MISSED or LOST) with alerts, signals and the check-in."""
     with transaction.atomic():
         closed = claims.close_unstarted(job_id=job_id, execution_id=execution_id, status=status,
-                                        error_code=error_code, message=message)
+                                        error_code=error_code, message=message, running_too=running_too)
         if closed and alerts.wanted_for(job, status):
             alerts.record(job=job, job_id=job_id, execution_id=execution_id, status=status, counted=True)
     if closed:

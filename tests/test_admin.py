@@ -1,0 +1,160 @@
+"""The admin: the jobs dashboard, the execution history, the outbox, and their actions —
+through Django's test client against the real database (the browser tests look at it)."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django_celery_beat.models import PeriodicTask
+
+from cron_celery import claims, runs, schedule_sync
+from cron_celery.models import Alert, AlertStatus, CronExecution, CronJob, Status, Trigger
+from tests.admin_forms import submit
+from tests.jobsapp import tasks as jobs
+
+pytestmark = pytest.mark.django_db(transaction=True)
+DASHBOARD = "/admin/cron_celery/cronjob/"
+HISTORY = "/admin/cron_celery/cronexecution/"
+SLOT = dt.datetime(2026, 11, 29, 1, 0, tzinfo=dt.UTC)
+
+
+def history(job_id: int, count: int, status: str = Status.SUCCEEDED) -> None:
+    """``count`` finished executions of one job, one per minute before now, in one statement."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            INSERT INTO {CronExecution._meta.db_table} (job_id, task_code, task_name, slot, execution_date, run_number,
+                status, trigger, skip_reason, forced, created_at, started, ended, completed, success, message,
+                error_code, traceback, retry_count, celery_task_id, worker, fence)
+            SELECT j.id, j.code, j.name, date_trunc('minute', now()) - make_interval(mins => g), now()::date, 1, %s,
+                   'BEAT', '', false, now(), now() - make_interval(mins => g, secs => 1 + g %% 7),
+                   now() - make_interval(mins => g), true, %s = 'SUCCEEDED', 'done', '', '', 0, '', 'w', g
+            FROM {CronJob._meta.db_table} AS j, generate_series(1, %s) AS g WHERE j.id = %s
+            """,
+            [status, status, count, job_id],
+        )
+
+
+def test_the_dashboard_shows_each_jobs_health_in_a_bounded_number_of_queries(admin_client):
+    schedule_sync.sync()
+    job_ids = [runs.job_id(job.job) for job in (jobs.tick_2s, jobs.nightly_report, jobs.calc_commission)]
+    history(job_ids[0], 40)
+    history(job_ids[1], 5, Status.FAILED)
+    CronJob.objects.filter(id=job_ids[1]).update(last_status=Status.FAILED, consecutive_failures=5)
+    CronJob.objects.filter(id=job_ids[0]).update(last_status=Status.SUCCEEDED)
+    with CaptureQueriesContext(connection) as queries:
+        page = admin_client.get(DASHBOARD)
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert html.count('class="cron-chart"') >= 2 and "<rect" in html
+    assert "every 2 seconds" in html and "every day at 02:00" in html and "Europe/Amsterdam" in html
+    assert ">failed<" in html and ">succeeded<" in html
+    assert "100 % of 40" in html and "0 % of 5" in html
+    task = CronJob.objects.get(id=job_ids[0]).periodic_task
+    assert task is not None and f"/admin/django_celery_beat/periodictask/{task.id}/change/" in html
+    assert len(queries) <= 20, [query["sql"][:120] for query in queries.captured_queries]
+
+
+def test_pause_and_resume_go_through_the_periodic_task(admin_client):
+    schedule_sync.sync()
+    job = CronJob.objects.get(name="tick-2s")
+    response = admin_client.post(DASHBOARD, {"action": "pause", "_selected_action": [job.id]})
+    assert response.status_code == 302
+    assert PeriodicTask.objects.get(id=job.periodic_task_id).enabled is False
+    assert CronJob.objects.get(id=job.id).paused is True  # the database trigger followed
+    admin_client.post(DASHBOARD, {"action": "resume", "_selected_action": [job.id]})
+    assert PeriodicTask.objects.get(id=job.periodic_task_id).enabled is True
+    assert CronJob.objects.get(id=job.id).paused is False
+
+
+def test_run_now_sends_an_admin_run(admin_client):
+    job_id = runs.job_id(jobs.calc_commission.job)
+    response = admin_client.post(DASHBOARD, {"action": "run_now", "_selected_action": [job_id]}, follow=True)
+    assert "sent (execution" in response.content.decode()
+    row = CronExecution.objects.get(job_id=job_id)
+    assert (row.status, row.trigger, row.forced) == (Status.PENDING, Trigger.ADMIN, True) and row.celery_task_id
+
+
+def test_the_backfill_form_sends_the_slots_of_a_range(admin_client):
+    schedule_sync.sync()
+    job_id = runs.job_id(jobs.nightly_report.job)
+    form = admin_client.post(DASHBOARD, {"action": "backfill_range", "_selected_action": [job_id]})
+    assert form.status_code == 200 and "Send the slots" in form.content.decode()
+    done = admin_client.post(DASHBOARD, {"action": "backfill_range", "_selected_action": [job_id], "apply": "1",
+                                         "start": "2026-11-01", "end": "2026-11-03"}, follow=True)
+    assert "3 slots sent" in done.content.decode()
+    rows = list(CronExecution.objects.filter(job_id=job_id).order_by("slot"))
+    assert [row.slot for row in rows] == [dt.datetime(2026, 11, day, 1, 0, tzinfo=dt.UTC) for day in (1, 2, 3)]
+    assert {row.trigger for row in rows} == {Trigger.BACKFILL}
+    bad = admin_client.post(DASHBOARD, {"action": "backfill_range", "_selected_action": [job_id], "apply": "1",
+                                        "start": "2026-11-05", "end": "2026-11-01"}, follow=True)
+    assert "before it starts" in bad.content.decode()
+
+
+def test_the_history_detail_shows_every_attempt_and_the_alerts(admin_client):
+    job = jobs.calc_commission.job
+    job_id = runs.job_id(job)
+    execution_id, _ = claims.enqueue(job=job, job_id=job_id, slot=SLOT, execution_date=SLOT.date(),
+                                     trigger=Trigger.BEAT)
+    claim = claims.begin(job=job, job_id=job_id, slot=SLOT, execution_date=SLOT.date(), trigger=Trigger.BEAT,
+                         execution_id=execution_id, worker="host-a", pid=11)
+    assert claim.fence is not None
+    CronJob.objects.filter(id=job_id).update(max_retries=1)
+    assert claims.retry(job_id=job_id, execution_id=execution_id, fence=claim.fence, status=Status.FAILED,
+                        message="partner API <down>", error_code="HTTP_503", traceback="", countdown=0)
+    Alert.objects.create(execution_id=execution_id, job_id=job_id, event="FAILED", channel="slack",
+                         status=AlertStatus.FAILED, attempts=5, last_error="HTTP 500: ***")
+    page = admin_client.get(f"{HISTORY}{execution_id}/change/").content.decode()
+    assert "host-a / 11" in page and "HTTP_503" in page and "partner API &lt;down&gt;" in page
+    assert "HTTP 500: ***" in page and "slack" in page
+    listing = admin_client.get(f"{HISTORY}?status__exact=RETRYING&q={job.code}").content.decode()
+    assert f"/admin/cron_celery/cronexecution/{execution_id}/change/" in listing
+
+
+def test_history_actions_rerun_mark_lost_and_export_csv(admin_client):
+    job = jobs.calc_commission.job
+    job_id = runs.job_id(job)
+    history(job_id, 3)
+    stuck, _ = claims.enqueue(job=job, job_id=job_id, slot=SLOT, execution_date=SLOT.date(), trigger=Trigger.BEAT)
+    finished = list(CronExecution.objects.filter(job_id=job_id, status=Status.SUCCEEDED).values_list("id", flat=True))
+    marked = admin_client.post(HISTORY, {"action": "mark_lost", "_selected_action": [stuck, finished[0]]}, follow=True)
+    assert "1 execution(s) marked LOST" in marked.content.decode()
+    row = CronExecution.objects.get(id=stuck)
+    assert (row.status, row.error_code, row.completed) == (Status.LOST, "MARKED_LOST", True)
+    assert CronExecution.objects.get(id=finished[0]).status == Status.SUCCEEDED
+    admin_client.post(HISTORY, {"action": "rerun", "_selected_action": [finished[0]]})
+    again = CronExecution.objects.filter(job_id=job_id, trigger=Trigger.ADMIN).get()
+    assert again.forced and again.run_number == 2 and again.status == Status.PENDING
+    export = admin_client.post(HISTORY, {"action": "export_csv", "_selected_action": finished})
+    assert export.status_code == 200 and export.streaming
+    text = b"".join(export.streaming_content).decode()  # type: ignore[attr-defined]
+    table = list(csv.reader(io.StringIO(text)))
+    assert table[0][:3] == ["id", "task_name", "task_code"] and len(table) == 1 + len(finished)
+    assert {int(line[0]) for line in table[1:]} == set(finished)
+
+
+def test_alerts_can_be_sent_again(admin_client):
+    job_id = runs.job_id(jobs.calc_commission.job)
+    history(job_id, 1, Status.FAILED)
+    execution = CronExecution.objects.get(job_id=job_id)
+    alert = Alert.objects.create(execution=execution, job_id=job_id, event="FAILED", channel="webhook",
+                                 status=AlertStatus.FAILED, attempts=5, last_error="HTTP 500")
+    response = admin_client.post("/admin/cron_celery/alert/", {"action": "resend", "_selected_action": [alert.id]},
+                                 follow=True)
+    assert "1 alert(s) queued" in response.content.decode()
+    alert.refresh_from_db()
+    assert (alert.status, alert.last_error) == (AlertStatus.PENDING, "")
+
+
+def test_the_admin_is_read_only(admin_client):
+    job_id = runs.job_id(jobs.calc_commission.job)
+    history(job_id, 1)
+    execution = CronExecution.objects.get(job_id=job_id)
+    assert admin_client.post(f"{HISTORY}{execution.id}/change/", {}).status_code == 403
+    assert admin_client.get(f"{HISTORY}add/").status_code == 403
+    assert submit is not None  # the admin-form helper stays importable for the browser tests
