@@ -55,10 +55,10 @@ class BackfillForm(forms.Form):
 class CronJobAdmin(ReadOnly):
     """The dashboard: one row per job, its health at a glance."""
 
-    list_display = ("status_badge", "name", "code", "schedule_text", "timezone_shown", "next_slot", "last_success_at",
-                    "consecutive_failures", "success_rate", "median_duration", "last_runs")
-    list_display_links = ("name",)
-    list_filter = ("last_status", "paused", "pattern", "overlap")
+    list_display = ("status_badge", "job_name", "schedule_text", "timezone_shown", "next_slot", "last_success",
+                    "failures", "success_rate", "median_duration", "last_runs")
+    list_display_links = ("job_name",)
+    # No filter panel: the dashboard needs the width; sort by status or search instead.
     search_fields = ("name", "code", "task")
     list_per_page = 50
     actions = ("run_now", "pause", "resume", "backfill_range")
@@ -74,6 +74,21 @@ class CronJobAdmin(ReadOnly):
             return dashboard.badge(S.SKIPPED, "paused")
         return dashboard.badge(job.last_status)
 
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        return super().changelist_view(request, {"title": "Cron jobs", **(extra_context or {})})
+
+    @admin.display(description="job", ordering="name")
+    def job_name(self, job: models.CronJob) -> SafeString:
+        return format_html('{}<br><small style="color:#57606a">{}</small>', job.name, job.code)
+
+    @admin.display(description="last success", ordering="last_success_at")
+    def last_success(self, job: models.CronJob) -> SafeString:
+        return dashboard.when(job.last_success_at)
+
+    @admin.display(description="failures in a row", ordering="consecutive_failures")
+    def failures(self, job: models.CronJob) -> int:
+        return job.consecutive_failures
+
     @admin.display(description="schedule")
     def schedule_text(self, job: models.CronJob) -> SafeString:
         words = dashboard.describe(job.schedule)
@@ -88,8 +103,8 @@ class CronJobAdmin(ReadOnly):
         return job.schedule_timezone or job.timezone
 
     @admin.display(description="next slot", ordering="next_run_at")
-    def next_slot(self, job: models.CronJob) -> str:
-        return job.next_run_at.strftime("%Y-%m-%d %H:%M:%S UTC") if job.next_run_at else "—"
+    def next_slot(self, job: models.CronJob) -> SafeString:
+        return dashboard.when(job.next_run_at)
 
     @admin.display(description="success 7 d")
     def success_rate(self, job: Any) -> str:
@@ -221,9 +236,10 @@ class CronExecutionAdmin(ReadOnly):
         entries = row.attempts or [{"attempt": 1, "started": row.started, "ended": row.ended, "worker": row.worker,
                                     "pid": row.pid, "fence": row.fence, "status": row.status,
                                     "error_code": row.error_code, "message": row.message[:500]}]
-        cells = [(entry.get("attempt"), dashboard.badge(str(entry.get("status") or S.RUNNING)), entry.get("started"),
-                  entry.get("ended") or "—", f"{entry.get('worker') or '—'} / {entry.get('pid') or '—'}",
-                  entry.get("fence"), entry.get("error_code") or "", entry.get("message") or "")
+        cells = [(entry.get("attempt"), dashboard.badge(str(entry.get("status") or S.RUNNING)),
+                  entry.get("started") or "—", entry.get("ended") or "—",
+                  f"{entry.get('worker') or '—'} / {entry.get('pid') or '—'}", entry.get("fence") or "—",
+                  entry.get("error_code") or "", entry.get("message") or "")
                  for entry in entries]
         rows = format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
                                     "<td>{}</td><td>{}</td></tr>", cells)

@@ -32,13 +32,20 @@ COLOURS: dict[str, tuple[str, str]] = {
 }
 
 
+BADGE_STYLE = "display:inline-block;padding:1px 8px;border-radius:9px;font-weight:600;white-space:nowrap;"
+
+
 def badge(status: str, label: str | None = None) -> SafeString:
-    if not status:
-        return format_html('<span class="cron-badge" style="background:#eaeef2;color:#57606a">{}</span>',
-                           label or "never run")
-    background, text = COLOURS.get(status, ("#eaeef2", "#24292f"))
-    return format_html('<span class="cron-badge" style="background:{};color:{}">{}</span>',
-                       background, text, label or status.replace("_", " ").lower())
+    background, text = COLOURS.get(status, ("#eaeef2", "#57606a")) if status else ("#eaeef2", "#57606a")
+    return format_html('<span class="cron-badge" style="{}background:{};color:{}">{}</span>', BADGE_STYLE,
+                       background, text, label or (status.replace("_", " ").lower() if status else "never run"))
+
+
+def when(moment: Any) -> SafeString:
+    """A UTC time that does not wrap: "2026-11-30 02:13 UTC"."""
+    if moment is None:
+        return mark_safe("—")
+    return format_html('<span style="white-space:nowrap">{}</span>', moment.strftime("%Y-%m-%d %H:%M UTC"))
 
 
 def with_figures(queryset: QuerySet[models.CronJob]) -> QuerySet[models.CronJob]:

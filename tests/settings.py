@@ -36,6 +36,7 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
+    "django.contrib.staticfiles",
     "django_celery_beat",
     "cron_celery",
     "tests.jobsapp",
@@ -48,6 +49,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
 ]
 ROOT_URLCONF = "tests.urls"
+STATIC_URL = "/static/"  # the browser tests' live server serves the admin's CSS
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",

@@ -23,8 +23,9 @@ HISTORY = "/admin/cron_celery/cronexecution/"
 SLOT = dt.datetime(2026, 11, 29, 1, 0, tzinfo=dt.UTC)
 
 
-def history(job_id: int, count: int, status: str = Status.SUCCEEDED) -> None:
-    """``count`` finished executions of one job, one per minute before now, in one statement."""
+def history(job_id: int, count: int, status: str = Status.SUCCEEDED, *, start: int = 1) -> None:
+    """``count`` finished executions of one job, one per minute from ``start`` minutes before
+    now backwards, in one statement."""
     with connection.cursor() as cursor:
         cursor.execute(
             f"""
@@ -34,9 +35,9 @@ def history(job_id: int, count: int, status: str = Status.SUCCEEDED) -> None:
             SELECT j.id, j.code, j.name, date_trunc('minute', now()) - make_interval(mins => g), now()::date, 1, %s,
                    'BEAT', '', false, now(), now() - make_interval(mins => g, secs => 1 + g %% 7),
                    now() - make_interval(mins => g), true, %s = 'SUCCEEDED', 'done', '', '', 0, '', 'w', g
-            FROM {CronJob._meta.db_table} AS j, generate_series(1, %s) AS g WHERE j.id = %s
+            FROM {CronJob._meta.db_table} AS j, generate_series(%s, %s) AS g WHERE j.id = %s
             """,
-            [status, status, count, job_id],
+            [status, status, start, start + count - 1, job_id],
         )
 
 

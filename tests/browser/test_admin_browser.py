@@ -1,0 +1,152 @@
+"""The admin as a person sees it: headless Debian Chromium driven by Playwright against a
+live server on the test database. Screenshots are saved under ``artifacts/screenshots``.
+
+Chromium comes from Debian's ``chromium`` package; the session fixture installs it (with
+``chromium-driver``) when it is missing, and fails — never skips — when it cannot.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.contrib.auth import get_user_model
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+from cron_celery import runs, schedule_sync
+from cron_celery.models import CronExecution, CronJob, Status, Trigger
+from tests.conftest import ROOT
+from tests.jobsapp import tasks as jobs
+from tests.test_admin import history
+
+pytestmark = pytest.mark.django_db(transaction=True)
+CHROMIUM = "/usr/bin/chromium"
+SHOTS = ROOT / "artifacts" / "screenshots"
+PASSWORD = "a-long-browser-test-password"
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Browser]:
+    if not Path(CHROMIUM).exists():
+        apt = shutil.which("apt-get")
+        assert apt is not None, "Debian's chromium is needed for the browser tests and apt-get is missing"
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        result = subprocess.run([apt, "install", "-y", "-q", "chromium", "chromium-driver"], env=env,
+                                capture_output=True, text=True, timeout=900, check=False)
+        assert Path(CHROMIUM).exists(), f"could not install chromium:\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}"
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    # Playwright's sync API keeps an event loop in this thread; the ORM calls the tests make
+    # between page actions are ordinary blocking calls, which Django would otherwise refuse.
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(
+            executable_path=CHROMIUM, headless=True,
+            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def page(browser: Browser, live_server: Any) -> Iterator[Page]:
+    get_user_model().objects.create_superuser("ops", "ops@example.com", PASSWORD)
+    context = browser.new_context(viewport={"width": 1500, "height": 900}, accept_downloads=True)
+    tab = context.new_page()
+    tab.goto(f"{live_server.url}/admin/login/?next=/admin/")
+    tab.fill("#id_username", "ops")
+    tab.fill("#id_password", PASSWORD)
+    tab.click("input[type=submit]")
+    expect(tab.locator("#user-tools")).to_contain_text("ops")
+    yield tab
+    context.close()
+
+
+def seed() -> dict[str, int]:
+    """Jobs with some history: a healthy ticker, a failing report, a job never run."""
+    schedule_sync.sync()
+    declared = (("tick-2s", jobs.tick_2s), ("nightly-report", jobs.nightly_report),
+                ("calc-commission", jobs.calc_commission))
+    ids = {name: runs.job_id(task.job) for name, task in declared}
+    history(ids["tick-2s"], 30)
+    history(ids["nightly-report"], 3, Status.FAILED)  # the newest three
+    history(ids["nightly-report"], 6, start=4)
+    CronJob.objects.filter(id__in=[ids["tick-2s"], ids["nightly-report"]]).update(
+        last_success_at=dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1))
+    CronJob.objects.filter(id=ids["tick-2s"]).update(last_status=Status.SUCCEEDED)
+    CronJob.objects.filter(id=ids["nightly-report"]).update(last_status=Status.FAILED, consecutive_failures=3)
+    return ids
+
+
+def test_the_dashboard_shows_badges_charts_and_schedules(page: Page, live_server: Any) -> None:
+    seed()
+    page.goto(f"{live_server.url}/admin/cron_celery/cronjob/")
+    page.click("#toggle-nav-sidebar")  # more room for the table, as a person would
+    rows = page.locator("#result_list tbody tr")
+    expect(rows).to_have_count(CronJob.objects.count())
+    expect(page.locator("svg.cron-chart").first).to_be_in_viewport()
+    report = rows.filter(has_text="nightly-report")
+    expect(report.locator(".cron-badge")).to_have_text("failed")
+    expect(report).to_contain_text("every day at 02:00")
+    expect(report.locator("svg.cron-chart rect")).to_have_count(9)
+    ticker = rows.filter(has_text="tick-2s")
+    expect(ticker.locator(".cron-badge")).to_have_text("succeeded")
+    expect(ticker).to_contain_text("100 % of 30")
+    expect(rows.filter(has_text="calc-commission")).to_contain_text("no runs yet")
+    page.screenshot(path=str(SHOTS / "dashboard.png"), full_page=True)
+
+
+def test_editing_a_crontab_in_django_celery_beat_moves_the_next_slot(page: Page, live_server: Any) -> None:
+    ids = seed()
+    job = CronJob.objects.get(id=ids["nightly-report"])
+    assert job.periodic_task is not None and job.periodic_task.crontab is not None
+    page.goto(f"{live_server.url}/admin/cron_celery/cronjob/")
+    row = page.locator("#result_list tbody tr", has_text="nightly-report")
+    row.get_by_role("link", name="every day at 02:00").click()
+    expect(page).to_have_url(f"{live_server.url}/admin/django_celery_beat/periodictask/{job.periodic_task.id}/change/")
+    page.goto(f"{live_server.url}/admin/django_celery_beat/crontabschedule/{job.periodic_task.crontab.id}/change/")
+    page.fill("#id_hour", "5")
+    page.fill("#id_minute", "45")
+    page.click("input[name=_save]")
+    expect(page.locator(".messagelist")).to_contain_text("was changed successfully")
+    schedule_sync.apply_edits()  # what the running beat does within a second of the edit
+    page.goto(f"{live_server.url}/admin/cron_celery/cronjob/")
+    row = page.locator("#result_list tbody tr", has_text="nightly-report")
+    expect(row).to_contain_text("every day at 05:45")
+    moved = CronJob.objects.get(id=job.id).next_run_at
+    assert moved is not None and moved.astimezone(jobs.nightly_report.job.tzinfo).time() == dt.time(5, 45)
+    expect(row).to_contain_text(moved.strftime("%Y-%m-%d %H:%M UTC"))
+    page.screenshot(path=str(SHOTS / "dashboard-after-edit.png"), full_page=True)
+
+
+def test_the_history_filters_reruns_and_exports(page: Page, live_server: Any) -> None:
+    ids = seed()
+    page.goto(f"{live_server.url}/admin/cron_celery/cronexecution/")
+    page.locator("#changelist-filter").get_by_role("link", name="Failed").first.click()
+    rows = page.locator("#result_list tbody tr")
+    expect(rows).to_have_count(3)
+    expect(rows.first.locator(".cron-badge")).to_have_text("failed")
+    page.screenshot(path=str(SHOTS / "history-failed.png"), full_page=True)
+    rows.first.locator("input.action-select").check()
+    page.select_option("select[name=action]", "rerun")
+    page.click("button[name=index]")
+    expect(page.locator(".messagelist")).to_contain_text("sent again")
+    rerun = CronExecution.objects.get(job_id=ids["nightly-report"], trigger=Trigger.ADMIN)
+    assert rerun.forced and rerun.status == Status.PENDING
+    page.locator("#action-toggle").check()
+    page.select_option("select[name=action]", "export_csv")
+    with page.expect_download() as download_info:
+        page.click("button[name=index]")
+    download = download_info.value
+    target = SHOTS.parent / "failed-executions.csv"
+    download.save_as(str(target))
+    lines = target.read_text(encoding="utf-8").splitlines()
+    assert lines[0].startswith("id,task_name,task_code") and len(lines) == 1 + 3
+    page.goto(f"{live_server.url}/admin/cron_celery/cronexecution/{rerun.id}/change/")
+    expect(page.locator("body")).to_contain_text("Every attempt")
+    page.screenshot(path=str(SHOTS / "execution-detail.png"), full_page=True)
