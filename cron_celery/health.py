@@ -19,7 +19,7 @@ from django.utils import timezone
 from cron_celery import conf, models
 
 JOB = models.CronJob._meta.db_table
-BEAT = models.BeatHeartbeat._meta.db_table
+BEAT = models.BeatHeartbeat._meta.db_table  # its column "leading" is a reserved word in SQL: always quoted
 IDENTITY = f"{socket.gethostname()}:{os.getpid()}"
 #: Most overdue jobs named in a report.
 OVERDUE_SHOWN = 50
@@ -30,8 +30,8 @@ def beat_seen(identity: str, leading: bool) -> None:
     with connection.cursor() as cursor:
         cursor.execute(
             f"""
-            INSERT INTO {BEAT} (identity, leading, started_at, seen_at) VALUES (%s, %s, now(), now())
-            ON CONFLICT (identity) DO UPDATE SET leading = EXCLUDED.leading, seen_at = now()
+            INSERT INTO {BEAT} (identity, "leading", started_at, seen_at) VALUES (%s, %s, now(), now())
+            ON CONFLICT (identity) DO UPDATE SET "leading" = EXCLUDED."leading", seen_at = now()
             """,
             [identity[:200], leading],
         )
@@ -40,7 +40,7 @@ def beat_seen(identity: str, leading: bool) -> None:
 def beat_gone(identity: str) -> None:
     """A beat that stops says so, so that health does not wait for it to go stale."""
     with connection.cursor() as cursor:
-        cursor.execute(f"UPDATE {BEAT} SET leading = false, seen_at = now() WHERE identity = %s", [identity[:200]])
+        cursor.execute(f'UPDATE {BEAT} SET "leading" = false, seen_at = now() WHERE identity = %s', [identity[:200]])
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -69,7 +69,7 @@ def check() -> Report:
                     ORDER BY next_run_at LIMIT 1) IS NOT NULL,
                    b.identity, b.seen_at, extract(epoch FROM now() - b.seen_at)
             FROM (SELECT 1) AS one
-            LEFT JOIN LATERAL (SELECT identity, seen_at FROM {BEAT} WHERE leading ORDER BY seen_at DESC LIMIT 1) AS b
+            LEFT JOIN LATERAL (SELECT identity, seen_at FROM {BEAT} WHERE "leading" ORDER BY seen_at DESC LIMIT 1) AS b
                 ON true
             """
         )

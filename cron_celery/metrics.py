@@ -57,8 +57,9 @@ class DatabaseCollector(Collector):
             counts = cursor.fetchall()
             cursor.execute(
                 f"""
-                SELECT job_id, width_bucket(extract(epoch FROM ended - started)::float8, %s::float8[]), count(*),
-                       sum(extract(epoch FROM ended - started))
+                SELECT job_id, (SELECT count(*) FROM unnest(%s::float8[]) AS bound
+                                WHERE bound < extract(epoch FROM ended - started)),
+                       count(*), sum(extract(epoch FROM ended - started))
                 FROM {EXE} WHERE started IS NOT NULL AND ended IS NOT NULL GROUP BY 1, 2
                 """,
                 [list(BUCKETS)],
@@ -66,7 +67,7 @@ class DatabaseCollector(Collector):
             spans = cursor.fetchall()
             cursor.execute(f"SELECT id, name FROM {JOB}")
             names = dict(cursor.fetchall())
-            cursor.execute(f"SELECT extract(epoch FROM now() - max(seen_at)) FROM {BEAT} WHERE leading")
+            cursor.execute(f'SELECT extract(epoch FROM now() - max(seen_at)) FROM {BEAT} WHERE "leading"')
             beat_age = cursor.fetchone()[0]
         lost_by_job: dict[str, float] = {}
         for job_id, status, count in counts:
@@ -80,7 +81,7 @@ class DatabaseCollector(Collector):
         for job_id, bucket, count, total in spans:
             name = names.get(job_id, str(job_id))
             counts_by_bucket, seconds = per_job.setdefault(name, ([0] * (len(BUCKETS) + 1), 0.0))
-            counts_by_bucket[min(int(bucket), len(BUCKETS))] += count  # bucket 0: below the first bound
+            counts_by_bucket[int(bucket)] += count  # the first bucket whose bound is >= the duration
             per_job[name] = (counts_by_bucket, seconds + float(total or 0))
         for name, (counts_by_bucket, seconds) in sorted(per_job.items()):
             cumulative, running = [], 0

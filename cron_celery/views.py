@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import hmac
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -94,17 +95,17 @@ def execution_summary(row: models.CronExecution) -> dict[str, Any]:
 def status(request: HttpRequest) -> HttpResponse:
     """Every job's summary and the most recent executions (``?limit=`` ≤ 1000, ``?job=``)."""
     raw = request.GET.get("limit", str(DEFAULT_LIMIT))
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_LIMIT:
+    if not re.fullmatch(r"[0-9]{1,5}", raw) or not 1 <= int(raw) <= MAX_LIMIT:
         return JsonResponse({"error": f"limit must be a whole number from 1 to {MAX_LIMIT}"}, status=400)
     jobs = models.CronJob.objects.all()
     executions = models.CronExecution.objects.all()
     wanted = request.GET.get("job")
-    if wanted:
-        jobs = jobs.filter(name=wanted) | jobs.filter(code=wanted)
-        found = list(jobs[:1])
-        if not found:
+    if wanted:  # a name first, then a code, as the commands look jobs up
+        found = models.CronJob.objects.filter(name=wanted).first() or models.CronJob.objects.filter(code=wanted).first()
+        if found is None:
             return JsonResponse({"error": f"unknown job {wanted!r}"}, status=404)
-        executions = executions.filter(job=found[0])
+        jobs = jobs.filter(id=found.id)
+        executions = executions.filter(job=found)
     return JsonResponse({
         "jobs": [job_summary(job) for job in jobs.order_by("name")],
         "executions": [execution_summary(row) for row in executions.order_by("-id")[: int(raw)]],
@@ -149,7 +150,8 @@ def run(request: HttpRequest, job: str) -> HttpResponse:
             return JsonResponse({"error": "the body is not JSON"}, status=400)
         if not isinstance(body, dict):
             return JsonResponse({"error": "the body must be a JSON object"}, status=400)
-        fields = {key: str(value).lower() if isinstance(value, bool) else str(value) for key, value in body.items()}
+        fields = {key: str(value).lower() if isinstance(value, bool) else str(value)
+                  for key, value in body.items() if value is not None}  # null: as if absent
     flag = {"1", "true", "yes", "on"}
     try:
         slot = schedule_sync.slot_for(declared, fields.get("date") or None, fields.get("at") or None)

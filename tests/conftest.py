@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
 import itertools
+import json
 import os
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -110,3 +114,36 @@ def _close_stray_connections(django_db_setup, django_db_blocker) -> Iterator[Non
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
             " WHERE datname = current_database() AND pid <> pg_backend_pid()"
         )
+
+
+@dataclasses.dataclass
+class Queue:
+    """The session's own Celery queue (a Redis list; the newest message is on the left)."""
+
+    client: redis.Redis
+    name: str
+
+    def headers(self) -> list[dict[str, Any]]:
+        return [json.loads(raw)["headers"] for raw in reversed(self.client.lrange(self.name, 0, -1))]
+
+
+@pytest.fixture
+def queue() -> Iterator[Queue]:
+    """The session's queue, emptied before and after the test (its name is unique to the session)."""
+    from django.conf import settings
+
+    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    name = settings.CELERY_TASK_DEFAULT_QUEUE
+    client.delete(name)
+    yield Queue(client, name)
+    client.delete(name)
+    client.close()
+
+
+def db_now() -> dt.datetime:
+    """The database's ``now()``: in a test's transaction it is the same for every statement."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT now()")
+        row = cursor.fetchone()
+    assert row is not None and isinstance(row[0], dt.datetime)
+    return row[0]

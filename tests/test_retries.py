@@ -8,25 +8,21 @@ session's own Redis queue (or a real in-thread Celery worker).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import datetime as dt
-import json
 from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
-import redis
 from celery.contrib.testing.worker import start_worker
 from celery.exceptions import SoftTimeLimitExceeded
-from django.conf import settings
 from django.db import connection
 from django.test import override_settings
 
 from cron_celery import checks, claims, conf, exceptions, reconciler, registry, retries, runs, schedules, tasks
 from cron_celery.models import CronExecution, CronJob, Status, Trigger
 from tests.celery_app import app
-from tests.conftest import make_job, wait_for
+from tests.conftest import db_now, make_job, wait_for
 from tests.jobsapp import tasks as jobs
 
 pytestmark = pytest.mark.django_db
@@ -60,15 +56,6 @@ def retry(job_id, claim, countdown=30.0, **kw):
                         countdown=countdown)
 
 
-def db_now() -> dt.datetime:
-    """The database's ``now()``: in a test's transaction it is the same for every statement."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT now()")
-        row = cursor.fetchone()
-    assert row is not None and isinstance(row[0], dt.datetime)
-    return row[0]
-
-
 def sql(statement: str, params: list[Any]) -> None:
     with connection.cursor() as cursor:
         cursor.execute(statement, params)
@@ -97,25 +84,6 @@ def report(**counts):
     return reconciler.Report(ran=True, **counts)
 
 
-@dataclasses.dataclass
-class Queue:
-    """The session's own Celery queue (a Redis list; the newest message is on the left)."""
-
-    client: redis.Redis
-    name: str
-
-    def headers(self) -> list[dict[str, Any]]:
-        return [json.loads(raw)["headers"] for raw in reversed(self.client.lrange(self.name, 0, -1))]
-
-
-@pytest.fixture
-def queue() -> Iterator[Queue]:
-    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
-    name = settings.CELERY_TASK_DEFAULT_QUEUE
-    client.delete(name)  # only this session's queue (its name is unique to the session)
-    yield Queue(client, name)
-    client.delete(name)
-    client.close()
 
 
 # --- 1. declarations ------------------------------------------------------------------------
