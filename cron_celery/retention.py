@@ -20,6 +20,7 @@ from cron_celery import conf, models
 
 logger = logging.getLogger(__name__)
 EXE = models.CronExecution._meta.db_table
+JOB = models.CronJob._meta.db_table
 ALERT = models.Alert._meta.db_table
 #: Statuses that are never deleted: the execution is not over.
 OPEN = frozenset({models.Status.PENDING, models.Status.RUNNING, models.Status.RETRYING})
@@ -48,8 +49,15 @@ def statuses(text: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
 
 
 def count(before: dt.datetime, wanted: tuple[str, ...]) -> int:
+    """How many executions ``purge`` would delete (job by job, through the slot index)."""
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT count(*) FROM {EXE} WHERE slot < %s AND status = ANY(%s)", [before, list(wanted)])
+        cursor.execute(
+            f"""
+            SELECT coalesce(sum(n), 0) FROM {JOB} AS j CROSS JOIN LATERAL (
+                SELECT count(*) AS n FROM {EXE} WHERE job_id = j.id AND slot < %s AND status = ANY(%s)) AS c
+            """,
+            [before, list(wanted)],
+        )
         return int(cursor.fetchone()[0])
 
 
@@ -58,30 +66,40 @@ def purge(before: dt.datetime, wanted: tuple[str, ...], batch_size: int = 1000,
     """Delete the executions with a slot before ``before`` and one of ``wanted`` statuses."""
     wanted = statuses(wanted)
     executions = alerts = batches = 0
-    while True:
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"""
-                WITH doomed AS (
-                    SELECT id FROM {EXE} WHERE slot < %s AND status = ANY(%s) ORDER BY id LIMIT %s
-                    FOR UPDATE SKIP LOCKED
-                ), gone_alerts AS (
-                    DELETE FROM {ALERT} WHERE execution_id IN (SELECT id FROM doomed) RETURNING 1
-                ), gone AS (
-                    DELETE FROM {EXE} WHERE id IN (SELECT id FROM doomed) RETURNING 1
-                )
-                SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM gone_alerts)
-                """,
-                [before, list(wanted), batch_size],
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT id FROM {JOB} ORDER BY id")
+        job_ids = [int(row[0]) for row in cursor.fetchall()]
+    for job_id in job_ids:  # job by job: each batch is a range of the (job, slot) index
+        while True:
+            deleted, deleted_alerts = _purge_batch(job_id, before, wanted, batch_size)
+            if not deleted:
+                break
+            executions += deleted
+            alerts += deleted_alerts
+            batches += 1
+            if progress is not None:
+                progress(executions)
+    return Purged(executions=executions, alerts=alerts, batches=batches)
+
+
+def _purge_batch(job_id: int, before: dt.datetime, wanted: tuple[str, ...], batch_size: int) -> tuple[int, int]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            WITH doomed AS (
+                SELECT id FROM {EXE} WHERE job_id = %s AND slot < %s AND status = ANY(%s) LIMIT %s
+                FOR UPDATE SKIP LOCKED
+            ), gone_alerts AS (
+                DELETE FROM {ALERT} WHERE execution_id IN (SELECT id FROM doomed) RETURNING 1
+            ), gone AS (
+                DELETE FROM {EXE} WHERE id IN (SELECT id FROM doomed) RETURNING 1
             )
-            deleted, deleted_alerts = cursor.fetchone()
-        if not deleted:
-            return Purged(executions=executions, alerts=alerts, batches=batches)
-        executions += int(deleted)
-        alerts += int(deleted_alerts)
-        batches += 1
-        if progress is not None:
-            progress(executions)
+            SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM gone_alerts)
+            """,
+            [job_id, before, list(wanted), batch_size],
+        )
+        deleted, deleted_alerts = cursor.fetchone()
+    return int(deleted), int(deleted_alerts)
 
 
 def run_retention() -> str:

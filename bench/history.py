@@ -1,0 +1,213 @@
+"""The admin pages and endpoints at a million executions, and purge throughput.
+
+    ./.venv-dj52/bin/python bench/history.py [--rows 1000000] [--jobs 1000] [--repeat 20]
+
+Seeds its own database (``cron_celery_history``) with ``--jobs`` jobs and ``--rows``
+finished executions (kept between runs when the counts match), then, as a logged-in staff
+user through Django's test client, requests each page ``--repeat`` times and reports the
+number of SQL queries, the median time, and whether PostgreSQL's plan for each query reads
+the execution table with a sequential scan. Last, it purges 200,000 old rows in batches of
+1,000 and reports rows per second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+os.environ["DJANGO_SETTINGS_MODULE"] = "bench.history_settings"
+
+from bench.common import BenchError, ensure_database, log, log_machine, run, write_results  # noqa: E402
+
+#: Targets from the issue: each page at most 20 queries and under 100 ms (median).
+MAX_QUERIES, MAX_MS = 20, 100.0
+PURGE_ROWS = 200_000
+
+
+def seed(jobs: int, rows: int) -> None:
+    from django.db import connection
+
+    from cron_celery import models
+
+    exe, job = models.CronExecution._meta.db_table, models.CronJob._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT (SELECT count(*) FROM {job}), (SELECT count(*) FROM {exe})")
+        have_jobs, have_rows = cursor.fetchone()
+        if (have_jobs, have_rows) == (jobs, rows):
+            log(f"reusing {rows:,} executions of {jobs:,} jobs")
+            return
+        log(f"seeding {rows:,} executions of {jobs:,} jobs ...")
+        began = time.monotonic()
+        cursor.execute(f"TRUNCATE {exe}, {job}, {models.Alert._meta.db_table} RESTART IDENTITY CASCADE")
+        cursor.execute(
+            f"""
+            INSERT INTO {job} (name, code, task, pattern, overlap, timezone, description, paused, catch_up,
+                               next_run_at, schedule, schedule_timezone, fence, consecutive_failures, last_status,
+                               last_run_at, last_success_at, created_at, updated_at)
+            SELECT 'job-' || lpad(n::text, 4, '0'), 'J' || n, 'bench.job' || n, 'standard', 'skip', 'UTC', '',
+                   false, 'latest', date_trunc('minute', now()) + interval '1 minute',
+                   CASE WHEN n %% 2 = 0 THEN 'every 60s' ELSE '*/5 * * * *' END, '', 0, n %% 4, 'SUCCEEDED',
+                   now(), now(), now(), now()
+            FROM generate_series(1, %s) AS n
+            """,
+            [jobs],
+        )
+        per_job = rows // jobs
+        for first in range(1, jobs + 1, 100):  # a hundred jobs per statement keeps memory modest
+            cursor.execute(
+                f"""
+                INSERT INTO {exe} (job_id, task_code, task_name, slot, execution_date, run_number, status, trigger,
+                    skip_reason, forced, created_at, started, ended, completed, success, message, error_code,
+                    traceback, retry_count, celery_task_id, worker, fence)
+                SELECT j.id, j.code, j.name, date_trunc('minute', now()) - make_interval(mins => g),
+                       (now() - make_interval(mins => g))::date, 1,
+                       CASE WHEN g %% 20 = 0 THEN 'FAILED' WHEN g %% 33 = 0 THEN 'SKIPPED' ELSE 'SUCCEEDED' END,
+                       'BEAT', '', false, now(), now() - make_interval(mins => g, secs => 1 + g %% 9),
+                       now() - make_interval(mins => g), true, g %% 20 <> 0, 'done', '', '', 0,
+                       md5(j.id::text || '-' || g), 'bench-worker', g
+                FROM {job} AS j, generate_series(1, %s) AS g
+                WHERE j.id BETWEEN %s AND %s
+                """,
+                [per_job, first, first + 99],
+            )
+        cursor.execute(f"ANALYZE {exe}")
+        cursor.execute(f"ANALYZE {job}")
+    log(f"  seeded in {time.monotonic() - began:.1f} s")
+
+
+def plans_scan_executions(sqls: list[str]) -> list[str]:
+    """The queries whose plan reads the execution table with a sequential scan."""
+    from django.db import connection
+
+    from cron_celery import models
+
+    table = models.CronExecution._meta.db_table
+    scanning = []
+    with connection.cursor() as cursor:
+        for sql in sqls:
+            if not sql.lstrip().upper().startswith("SELECT"):
+                continue
+            cursor.execute(f"EXPLAIN {sql}")
+            plan = "\n".join(row[0] for row in cursor.fetchall())
+            if f"Seq Scan on {table}" in plan:
+                scanning.append(sql[:160])
+    return scanning
+
+
+def measure(client: Any, url: str, repeat: int, headers: dict[str, str] | None = None) -> dict[str, Any]:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    times, counts, sqls = [], [], []
+    for index in range(repeat + 1):
+        with CaptureQueriesContext(connection) as captured:
+            began = time.perf_counter()
+            response = client.get(url, headers=headers or {})
+            elapsed = (time.perf_counter() - began) * 1000
+        if response.status_code not in (200, 503):
+            raise BenchError(f"{url} answered {response.status_code}")
+        if index == 0:  # warm-up; its queries are the ones explained
+            sqls = [query["sql"] for query in captured.captured_queries]
+            continue
+        times.append(elapsed)
+        counts.append(len(captured.captured_queries))
+    return {"url": url, "queries": max(counts), "median_ms": round(statistics.median(times), 2),
+            "p90_ms": round(sorted(times)[int(len(times) * 0.9) - 1], 2), "seq_scans": plans_scan_executions(sqls)}
+
+
+def purge_throughput() -> dict[str, Any]:
+    from django.db import connection
+
+    from cron_celery import models, retention
+
+    exe = models.CronExecution._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            INSERT INTO {exe} (job_id, task_code, task_name, slot, execution_date, run_number, status, trigger,
+                skip_reason, forced, created_at, completed, message, error_code, traceback, retry_count,
+                celery_task_id, worker)
+            SELECT 1, 'J1', 'job-0001', timestamp with time zone '2020-01-01' + make_interval(mins => g),
+                   '2020-01-01', 1, 'SUCCEEDED', 'BEAT', '', false, now(), true, '', '', '', 0, '', ''
+            FROM generate_series(1, %s) AS g
+            """,
+            [PURGE_ROWS],
+        )
+    began = time.monotonic()
+    result = retention.purge(dt.datetime(2021, 1, 1, tzinfo=dt.UTC), ("SUCCEEDED",), batch_size=1000)
+    took = time.monotonic() - began
+    if result.executions != PURGE_ROWS:
+        raise BenchError(f"purged {result.executions} rows, expected {PURGE_ROWS}")
+    return {"rows": result.executions, "batches": result.batches, "seconds": round(took, 2),
+            "rows_per_second": round(result.executions / took)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--jobs", type=int, default=1_000)
+    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args(argv)
+    started_at = dt.datetime.now(dt.UTC)
+    from bench import history_settings
+
+    ensure_database(history_settings.DATABASES["default"])
+    import django
+    from django.core.management import call_command
+
+    django.setup()
+    call_command("migrate", verbosity=0, interactive=False)
+    log_machine(os.cpu_count(), os.getloadavg()[0], "slower")
+    seed(args.jobs, args.rows)
+
+    from django.conf import settings
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+    from django.test.utils import override_settings
+
+    user = get_user_model().objects.filter(username="bench").first() or get_user_model().objects.create_superuser(
+        "bench", "bench@example.com", "bench-password-not-secret")
+    client = Client()
+    client.force_login(user)
+    token = {"Authorization": f"Bearer {settings.CRON_CELERY['API_TOKEN']}"}
+    pages = [
+        ("dashboard (50 jobs a page)", "/admin/cron_celery/cronjob/", None),
+        ("history, filtered by job", "/admin/cron_celery/cronexecution/?job=500", None),
+        ("history, filtered by job and status", "/admin/cron_celery/cronexecution/?job=500&status__exact=FAILED",
+         None),
+        ("history, unfiltered", "/admin/cron_celery/cronexecution/", None),
+        ("status endpoint (limit 100)", "/cron/status/", token),
+        ("status endpoint, one job", "/cron/status/?job=job-0500", token),
+        ("health endpoint", "/cron/health/", token),
+    ]
+    results = []
+    with override_settings(ALLOWED_HOSTS=["testserver"]):
+        for title, url, headers in pages:
+            figures = {"page": title, **measure(client, url, args.repeat, headers)}
+            results.append(figures)
+            mark = "ok" if figures["queries"] <= MAX_QUERIES and figures["median_ms"] <= MAX_MS else "over target"
+            log(f"{title:40} {figures['queries']:3} queries  median {figures['median_ms']:8.2f} ms  "
+                f"p90 {figures['p90_ms']:8.2f} ms  seq scans {len(figures['seq_scans'])}  {mark}")
+            for sql in figures["seq_scans"]:
+                log(f"    sequential scan: {sql}")
+    purge = purge_throughput()
+    log(f"purge: {purge['rows']:,} rows in {purge['batches']} batches, {purge['seconds']} s, "
+        f"{purge['rows_per_second']:,} rows/s (target 50,000)")
+    write_results("history", started_at, {"started_at": started_at, "rows": args.rows, "jobs": args.jobs,
+                                          "repeat": args.repeat, "pages": results, "purge": purge,
+                                          "cpus": os.cpu_count()}, args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    run(main)
