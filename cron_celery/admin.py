@@ -245,11 +245,12 @@ class CronExecutionAdmin(ReadOnly):
     paginator = EstimatedCountPaginator
     actions = ("rerun", "mark_lost", "export_csv")
     inlines = (AlertInline,)
-    readonly_fields = ("attempt_history",)
+    readonly_fields = ("attempt_history", "duration")
     fieldsets = (
         (None, {"fields": ("job", "task_name", "task_code", "slot", "execution_date", "run_number", "status",
                            "trigger", "skip_reason", "forced")}),
-        ("Outcome", {"fields": ("started", "ended", "success", "message", "error_code", "traceback", "result")}),
+        ("Outcome", {"fields": ("started", "ended", "duration", "success", "message", "error_code", "traceback",
+                                "result")}),
         ("Attempts", {"fields": ("retry_count", "attempt_history", "fence", "worker", "pid", "lease_until",
                                  "celery_task_id", "republished")}),
     )
