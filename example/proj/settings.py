@@ -83,7 +83,31 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # Reuse a worker's database connection for 1000 tasks instead of reconnecting every task.
 CELERY_DB_REUSE_MAX = 1000
 
-CRON_CELERY = {"LEASE_SECONDS": 60}
+STATIC_ROOT = os.environ.get("STATIC_ROOT") or None
+
+CRON_CELERY: dict[str, object] = {
+    "LEASE_SECONDS": 60,
+    # Three independent Redis masters for the Redlock job locks (compose.yaml runs them);
+    # unset: the broker's Redis.
+    "LOCK": {"MASTERS": [url for url in os.environ.get("CRON_LOCK_MASTERS", "").split(",") if url] or None,
+             "TTL": 60},
+    "API_TOKEN": os.environ.get("CRON_API_TOKEN", ""),
+    "ADMIN_BASE_URL": os.environ.get("CRON_ADMIN_BASE_URL", ""),
+    "RETENTION_DAYS": int(os.environ.get("CRON_RETENTION_DAYS", "0")) or None,
+}
+_channels: list[str] = []
+_notifications: dict[str, object] = {}
+if os.environ.get("SLACK_WEBHOOK_URL"):
+    _channels.append("slack")
+    _notifications["slack"] = {"webhook_url": os.environ["SLACK_WEBHOOK_URL"]}
+if os.environ.get("ALERT_WEBHOOK_URL"):
+    _channels.append("webhook")
+    _notifications["webhook"] = {"url": os.environ["ALERT_WEBHOOK_URL"],
+                                 "secret": os.environ.get("ALERT_WEBHOOK_SECRET", "")}
+if os.environ.get("SENTRY_DSN"):
+    _channels.append("sentry")
+if _channels:
+    CRON_CELERY["NOTIFICATIONS"] = {"on_failure": _channels, "on_recovery": _channels, **_notifications}
 
 LOGGING = {
     "version": 1,
