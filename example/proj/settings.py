@@ -82,6 +82,9 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # Reuse a worker's database connection for 1000 tasks instead of reconnecting every task.
 CELERY_DB_REUSE_MAX = 1000
+# Redis delivers an unacknowledged message again after this long: keep it above every
+# job's time_limit (nightly-batch: 1 hour) and above twice its longest retry wait.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 7200}
 
 STATIC_ROOT = os.environ.get("STATIC_ROOT") or None
 

@@ -12,7 +12,7 @@ import random
 
 from cron_celery import ExecutionPattern, Run, TrackedTask, cron_task, register_task
 from cron_celery.models import CronExecution, Status
-from cron_celery.schedules import at, daily
+from cron_celery.schedules import at, daily, every
 
 
 @cron_task(name="daily-report", code="R001", pattern="standard", timezone="Europe/Amsterdam",
@@ -69,3 +69,34 @@ async def refresh_exchange_rates(run: Run) -> str:
 def health_ping(run: Run) -> str:
     """A fast job that runs on every call (pattern "always"); runs may overlap."""
     return f"pong (run #{run.run_number}, attempt {run.attempt})"
+
+
+@cron_task(name="import-partner-feed", code="S002", pattern="rerun_on_failure", timezone="UTC",
+           schedule=every(minutes=15), max_retries=3, retry_backoff=2, retry_on=(ConnectionError,))
+def import_partner_feed(run: Run) -> str:
+    """Imports the partner's order feed. On the workers its first attempt of every slot times
+    out on the network (simulated) and the retry, two seconds later, gets through; alerts go
+    to the channels in NOTIFICATIONS (Slack when SLACK_WEBHOOK_URL is set) only if every
+    attempt fails. Run in-process by run_cron_task (no retries there) it succeeds at once."""
+    if run.attempt == 1 and run.trigger != "MANUAL":
+        raise ConnectionError("partner feed: connection timed out")
+    return f"Imported the partner feed for {run.slot:%H:%M} on attempt {run.attempt}"
+
+
+@cron_task(name="nightly-batch", code="B001", timezone="Europe/Amsterdam", schedule=daily(at(1).am()),
+           soft_time_limit=3300, time_limit=3600, max_retries=1)
+def nightly_batch(run: Run) -> str:
+    """A long batch in chunks: it checks between chunks, so a worker shutdown (SIGTERM) stops
+    it cleanly and the retry picks it up; the soft limit (55 min) comes before the hard one."""
+    done = 0
+    for _chunk in range(20):
+        run.check()  # raises Interrupted on shutdown, LeaseLost if another worker took over
+        done += 500
+    return f"Re-indexed {done} documents"
+
+
+@cron_task(name="cache-warmer", code="C010", pattern="always", overlap="skip", timezone="UTC",
+           schedule=every(seconds=10))
+def cache_warmer(run: Run) -> str:
+    """Every ten seconds; never two at once (overlap "skip")."""
+    return "warmed 12 cache keys"
