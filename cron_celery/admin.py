@@ -41,6 +41,15 @@ class ReadOnly(admin.ModelAdmin):  # type: ignore[type-arg]
         return False
 
 
+def _declared_or_say(admin_page: admin.ModelAdmin, request: HttpRequest,  # type: ignore[type-arg]
+                     job: models.CronJob) -> registry.Job | None:
+    """The job's declaration, or None after telling the person it is not in this code base."""
+    declared = _declared(job)
+    if declared is None:
+        admin_page.message_user(request, f"{job.name}: not declared in this code base.", messages.ERROR)
+    return declared
+
+
 def _declared(job: models.CronJob) -> registry.Job | None:
     try:
         return registry.get(job.code)
@@ -130,9 +139,8 @@ class CronJobAdmin(ReadOnly):
     @admin.action(description="Run now (send to the workers)")
     def run_now(self, request: HttpRequest, queryset: QuerySet[models.CronJob]) -> None:
         for job in queryset:
-            declared = _declared(job)
+            declared = _declared_or_say(self, request, job)
             if declared is None:
-                self.message_user(request, f"{job.name}: not declared in this code base.", messages.ERROR)
                 continue
             try:
                 sent = tasks.send_run(declared, dt.datetime.now(dt.UTC).replace(second=0, microsecond=0),
@@ -166,9 +174,8 @@ class CronJobAdmin(ReadOnly):
         form = BackfillForm(request.POST if "apply" in request.POST else None)
         if "apply" in request.POST and form.is_valid():
             for job in queryset:
-                declared = _declared(job)
+                declared = _declared_or_say(self, request, job)
                 if declared is None:
-                    self.message_user(request, f"{job.name}: not declared in this code base.", messages.ERROR)
                     continue
                 try:
                     planned = backfill.plan(declared, form.cleaned_data["start"], form.cleaned_data["end"],
@@ -299,9 +306,8 @@ class CronExecutionAdmin(ReadOnly):
     @admin.action(description="Re-run the selected slots (forced)")
     def rerun(self, request: HttpRequest, queryset: QuerySet[models.CronExecution]) -> None:
         for row in queryset.select_related("job"):
-            declared = _declared(row.job)
+            declared = _declared_or_say(self, request, row.job)
             if declared is None:
-                self.message_user(request, f"{row.task_name}: not declared in this code base.", messages.ERROR)
                 continue
             try:
                 sent = tasks.send_run(declared, row.slot, models.Trigger.ADMIN, force=True)

