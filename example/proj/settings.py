@@ -4,6 +4,8 @@ DATABASE_URL   PostgreSQL (default postgres://postgres@127.0.0.1:5432/cron_celer
 REDIS_URL      the Celery broker (default redis://127.0.0.1:6379/0)
 CELERY_TASK_DEFAULT_QUEUE   the queue the jobs are sent to and the worker reads (default cron-celery-demo)
 SENTRY_DSN     report errors to Sentry (off when unset)
+ALERT_EMAIL_TO, SLACK_WEBHOOK_URL, ALERT_WEBHOOK_URL   alert channels (each off when unset)
+EMAIL_BACKEND, EMAIL_FILE_PATH, EMAIL_HOST, EMAIL_PORT, DEFAULT_FROM_EMAIL   how email leaves
 DJANGO_SECRET_KEY, DJANGO_DEBUG, DJANGO_ALLOWED_HOSTS, TIME_ZONE, CRON_CELERY_LOG_LEVEL
 """
 
@@ -98,8 +100,19 @@ CRON_CELERY: dict[str, object] = {
     "ADMIN_BASE_URL": os.environ.get("CRON_ADMIN_BASE_URL", ""),
     "RETENTION_DAYS": int(os.environ.get("CRON_RETENTION_DAYS", "0")) or None,
 }
+# Email leaves by SMTP (EMAIL_HOST:EMAIL_PORT); the demo sets the file backend instead, so
+# the alerts that would be mailed land in EMAIL_FILE_PATH.
+EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
+EMAIL_FILE_PATH = os.environ.get("EMAIL_FILE_PATH", "")
+EMAIL_HOST = os.environ.get("EMAIL_HOST", "localhost")
+EMAIL_PORT = int(os.environ.get("EMAIL_PORT", "25"))
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "cron@example.com")
+
 _channels: list[str] = []
 _notifications: dict[str, object] = {}
+if os.environ.get("ALERT_EMAIL_TO"):
+    _channels.append("email")
+    _notifications["email"] = {"recipients": os.environ["ALERT_EMAIL_TO"].split(",")}
 if os.environ.get("SLACK_WEBHOOK_URL"):
     _channels.append("slack")
     _notifications["slack"] = {"webhook_url": os.environ["SLACK_WEBHOOK_URL"]}

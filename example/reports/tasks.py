@@ -31,13 +31,15 @@ def daily_report(run: Run) -> dict[str, object]:
     }
 
 
-@register_task("sync-partner-api", "S001", execution_pattern=ExecutionPattern.RERUN_ON_FAILURE)
+@register_task("sync-partner-api", "S001", execution_pattern=ExecutionPattern.RERUN_ON_FAILURE,
+               timezone="UTC", schedule=every(minutes=30))
 class SyncPartnerAPI(TrackedTask):
-    """Pulls the day's orders from the partner's API.
+    """Pulls the day's orders from the partner's API, every half hour.
 
-    The partner here is simulated: its API answers 503 to the first call for a date and
-    works once that failure is on record. The state is the execution history in the
-    database (worker processes share nothing else), so it survives across workers.
+    The partner here is simulated: its API answers 503 to the first call of each day (the
+    run fails and the failure alert goes out) and works once that failure is on record
+    (the next run succeeds and the recovery alert goes out). The state is the execution
+    history in the database (worker processes share nothing else).
     """
 
     def execute(self, date: dt.date) -> dict[str, object]:

@@ -1,6 +1,8 @@
-"""``manage.py reset_demo``: forget every recorded run and empty the Celery queue.
+"""``manage.py reset_demo``: forget every recorded run, the beats and the queue.
 
-Only for the demo's own database: it deletes all ``CronJob`` and ``CronExecution`` rows.
+Only for the demo's own database: it deletes every ``CronJob`` (with its executions and
+alerts), the periodic tasks made for them, the beats' heartbeats, the beat leader's lease
+and the messages waiting in the demo's queue.
 """
 
 from __future__ import annotations
@@ -8,20 +10,29 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.management.base import BaseCommand
+from django_celery_beat.models import PeriodicTask
+from pottery import Redlock
 
-from cron_celery.models import CronExecution, CronJob
+from cron_celery import beat, locks
+from cron_celery.models import BeatHeartbeat, CronExecution, CronJob
 
 
 class Command(BaseCommand):
-    help = "Delete all cron jobs and executions of this (demo) database and purge the Celery queue."
+    help = "Delete all cron jobs, executions, alerts and beats of this (demo) database and purge its queue."
 
     def handle(self, *args: Any, **options: Any) -> None:
         from celery import current_app
 
         executions = CronExecution.objects.count()
+        # The periodic tasks first: sync_cron_schedules makes them again from the code.
+        PeriodicTask.objects.filter(cron_job__isnull=False).delete()
         # Job rows are recreated from their declarations on the next run; ids keep growing,
         # so a stale message can never claim a new execution.
         CronJob.objects.all().delete()
+        BeatHeartbeat.objects.all().delete()
+        lease = Redlock(key=beat.LEADER_KEY, masters=locks.masters())
+        for master in lease.masters:  # a beat killed last time may still hold the lease
+            master.delete(lease.key)
         purged = current_app.control.purge()
         queue = current_app.conf.task_default_queue
         self.stdout.write(f"Deleted {executions} executions; purged {purged} messages from queue {queue!r}.")

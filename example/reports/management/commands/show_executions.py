@@ -10,7 +10,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from cron_celery.models import CronExecution
 
-HEADER = ("JOB", "SLOT", "RUN", "STATUS", "TRIGGER", "SKIP REASON", "DURATION", "MESSAGE")
+HEADER = ("JOB", "SLOT", "RUN", "TRIES", "STATUS", "TRIGGER", "SKIP REASON", "DURATION", "MESSAGE")
 
 
 def _duration(value: dt.timedelta | None) -> str:
@@ -26,7 +26,7 @@ def _shorten(text: str, width: int) -> str:
 
 
 class Command(BaseCommand):
-    help = "Print the cron executions (job, slot, run, status, trigger, skip reason, duration, message)."
+    help = "Print the cron executions (job, slot, run, attempts, status, trigger, skip reason, duration, message)."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--job", help="only this job (name)")
@@ -61,8 +61,9 @@ class Command(BaseCommand):
                 message = f"[{execution.error_code}] {message}"
             rows.append((
                 execution.task_name,
-                f"{local:%Y-%m-%d %H:%M} {local.tzname()}",
+                f"{local:%Y-%m-%d %H:%M:%S} {local.tzname()}",
                 f"#{execution.run_number}",
+                str(execution.retry_count + 1),
                 execution.status,
                 execution.trigger,
                 execution.skip_reason or "-",

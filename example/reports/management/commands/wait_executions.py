@@ -1,20 +1,23 @@
-"""``manage.py wait_executions``: wait until no execution is pending or running (then show the latest)."""
+"""``manage.py wait_executions``: wait until no execution is pending or running and no alert waits
+to be delivered (then show the latest executions)."""
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from cron_celery.models import CronExecution, Status
+from cron_celery.models import Alert, AlertStatus, CronExecution, Status
+
+from ...processes import alive
 
 UNFINISHED = (Status.PENDING, Status.RUNNING, Status.RETRYING)
 
 
 class Command(BaseCommand):
-    help = "Wait until no execution is pending or running; optionally print the latest outcomes."
+    help = ("Wait until no execution is pending or running and every alert is delivered; "
+            "optionally print the latest outcomes.")
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--timeout", type=float, default=60.0, help="seconds (default 60)")
@@ -25,15 +28,11 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         deadline = time.monotonic() + options["timeout"]
         worker = options["worker_pid"]
-        while unfinished := list(
-            CronExecution.objects.filter(status__in=UNFINISHED).values_list("id", flat=True)
-        ):
-            if worker and not _alive(worker):
-                raise CommandError(f"the worker (pid {worker}) died; executions {unfinished} unfinished")
+        while unfinished := _unfinished():
+            if worker and not alive(worker):
+                raise CommandError(f"the worker (pid {worker}) died; unfinished: {', '.join(unfinished)}")
             if time.monotonic() > deadline:
-                raise CommandError(
-                    f"executions {unfinished} still unfinished after {options['timeout']:g} s"
-                )
+                raise CommandError(f"still unfinished after {options['timeout']:g} s: {', '.join(unfinished)}")
             time.sleep(0.2)
         latest = list(CronExecution.objects.order_by("-id")[: options["show_last"]])
         for execution in reversed(latest):
@@ -44,11 +43,7 @@ class Command(BaseCommand):
             )
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+def _unfinished() -> list[str]:
+    executions = CronExecution.objects.filter(status__in=UNFINISHED).values_list("id", flat=True)
+    alerts = Alert.objects.filter(status=AlertStatus.PENDING).values_list("id", flat=True)
+    return [*(f"execution {pk}" for pk in executions), *(f"alert {pk}" for pk in alerts)]
