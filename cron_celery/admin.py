@@ -15,6 +15,7 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
+from django.contrib.admin.views.main import ChangeList
 from django.core.paginator import Paginator
 from django.db import connection
 from django.db.models import QuerySet
@@ -240,9 +241,22 @@ class AlertInline(admin.TabularInline):  # type: ignore[type-arg]
         return False
 
 
+class HistoryChangeList(ChangeList):  # type: ignore[misc]
+    """Marks the column the rows are sorted by from the admin's ``get_ordering(request)``;
+    Django's list only looks at the static ``ordering``, so it would claim the whole history
+    is sorted by slot when it is sorted by id (newest first)."""
+
+    def __init__(self, request: HttpRequest, *args: Any, **kwargs: Any) -> None:
+        self.request_for_ordering = request
+        super().__init__(request, *args, **kwargs)
+
+    def _get_default_ordering(self) -> list[Any] | tuple[Any, ...]:
+        return self.model_admin.get_ordering(self.request_for_ordering)
+
+
 @admin.register(models.CronExecution)
 class CronExecutionAdmin(ReadOnly):
-    list_display = ("status_badge", "task_name", "slot", "run_number", "trigger", "skip_reason", "attempt",
+    list_display = ("status_badge", "task_name", "slot_shown", "run_number", "trigger", "skip_reason", "attempt",
                     "duration", "short_message")
     list_filter = ("status", "trigger", "skip_reason", JobFilter)
     search_fields = ("task_code", "task_name", "celery_task_id")
@@ -266,6 +280,9 @@ class CronExecutionAdmin(ReadOnly):
         # One job's history reads its (job, slot) index; the whole history reads the newest ids.
         return ("-slot", "-run_number") if request.GET.get("job") else ("-id",)
 
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return HistoryChangeList
+
     def get_changelist_instance(self, request: HttpRequest) -> Any:
         changelist = super().get_changelist_instance(request)
         if not request.GET.get("job"):
@@ -277,6 +294,10 @@ class CronExecutionAdmin(ReadOnly):
     @admin.display(description="status", ordering="status")
     def status_badge(self, row: models.CronExecution) -> SafeString:
         return dashboard.badge(row.status)
+
+    @admin.display(description="slot", ordering="slot")
+    def slot_shown(self, row: models.CronExecution) -> SafeString:
+        return dashboard.when(row.slot)
 
     @admin.display(description="attempt")
     def attempt(self, row: models.CronExecution) -> int:

@@ -8,6 +8,7 @@ executions.
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from typing import Any
 
@@ -42,10 +43,11 @@ def badge(status: str, label: str | None = None) -> SafeString:
 
 
 def when(moment: Any) -> SafeString:
-    """A UTC time that does not wrap: "2026-11-30 02:13 UTC"."""
+    """A UTC time that does not wrap: "2026-11-30 02:13 UTC", with seconds when it has them."""
     if moment is None:
         return mark_safe("—")
-    return format_html('<span style="white-space:nowrap">{}</span>', moment.strftime("%Y-%m-%d %H:%M UTC"))
+    shown = moment.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC" if moment.second else "%Y-%m-%d %H:%M UTC")
+    return format_html('<span style="white-space:nowrap">{}</span>', shown)
 
 
 def with_figures(queryset: QuerySet[models.CronJob]) -> QuerySet[models.CronJob]:
