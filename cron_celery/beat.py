@@ -37,7 +37,11 @@ from cron_celery import claims, conf, exceptions, health, locks, outcomes, sched
 
 logger = logging.getLogger(__name__)
 
-LEADER_KEY = "cron_celery:beat-leader"
+
+
+def leader_key() -> str:
+    """The Redlock key of the beat leader's lease (one per database: see ``conf.lock_prefix``)."""
+    return f"{conf.lock_prefix()}:beat-leader"
 
 
 @contextlib.contextmanager
@@ -88,7 +92,7 @@ class Leadership:
                     self._lock.extend()
                     self._renewed = now
                 return True
-            candidate = Redlock(key=LEADER_KEY, masters=locks.masters(), auto_release_time=self.ttl,
+            candidate = Redlock(key=leader_key(), masters=locks.masters(), auto_release_time=self.ttl,
                                 raise_on_redis_errors=True, num_extensions=2**62)
             if candidate.acquire(blocking=False):
                 self._lock, self._renewed, self.leading = candidate, now, True

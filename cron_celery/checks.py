@@ -86,10 +86,15 @@ def check_lock(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessa
     lock = values.LOCK
     errors: list[checks.CheckMessage] = []
     if not isinstance(lock, dict):
-        return [checks.Error("CRON_CELERY['LOCK'] must be a dict with MASTERS and TTL.", id="cron_celery.E005")]
+        return [checks.Error("CRON_CELERY['LOCK'] must be a dict with MASTERS, TTL and PREFIX.",
+                             id="cron_celery.E005")]
     unknown = sorted(set(lock) - set(conf.LOCK_DEFAULTS))
     if unknown:
-        errors.append(checks.Error(f"CRON_CELERY['LOCK'] has unknown keys {unknown}; use MASTERS and TTL.",
+        errors.append(checks.Error(f"CRON_CELERY['LOCK'] has unknown keys {unknown}; use MASTERS, TTL and PREFIX.",
+                                   id="cron_celery.E005"))
+    prefix = lock.get("PREFIX")
+    if prefix is not None and (not isinstance(prefix, str) or not prefix.strip()):
+        errors.append(checks.Error(f"CRON_CELERY['LOCK']['PREFIX'] must be a non-empty string or None, not {prefix!r}.",
                                    id="cron_celery.E005"))
     masters = lock.get("MASTERS")
     if masters is not None:

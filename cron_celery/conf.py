@@ -15,7 +15,7 @@ from django.conf import settings as django_settings
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
-LOCK_DEFAULTS: dict[str, Any] = {"MASTERS": None, "TTL": 60}
+LOCK_DEFAULTS: dict[str, Any] = {"MASTERS": None, "TTL": 60, "PREFIX": None}
 NOTIFICATION_DEFAULTS: dict[str, Any] = {
     "on_failure": [], "on_recovery": [], "on_success": [], "timeout": 10, "max_attempts": 5,
 }
@@ -47,12 +47,14 @@ class Settings:
     AUTODISCOVER: bool = True
     #: Seconds the beat leader's lease lasts; renewed three times per lease.
     BEAT_LEASE_SECONDS: int = 30
-    #: Most due jobs one beat tick handles (the rest wait for the next tick).
+    #: Most due jobs planned, recorded and published in one batch (a tick goes on to the next
+    #: batch while jobs are due, for up to a third of the leader lease).
     BEAT_BATCH: int = 1000
     #: Most overdue slots of one job run per cycle under catch-up ``all``.
     CATCH_UP_LIMIT: int = 1000
     #: Redlock settings: ``MASTERS`` (Redis URLs; ``None`` = the Celery broker when it is
-    #: Redis) and ``TTL`` (seconds, renewed every third of it while a run lasts).
+    #: Redis), ``TTL`` (seconds, renewed every third of it while a run lasts) and ``PREFIX``
+    #: (the start of every Redis key; ``None`` = ``cron_celery:<database name>``).
     LOCK: dict[str, Any] = dataclasses.field(default_factory=lambda: dict(LOCK_DEFAULTS))
     #: Retries of a job that declares none (``max_retries``); 0 = a failure is final.
     DEFAULT_MAX_RETRIES: int = 0
@@ -160,6 +162,18 @@ def lock_masters() -> list[str]:
         return [str(url) for url in configured]
     broker = celery_broker_url()
     return [broker] if broker.startswith(("redis://", "rediss://")) else []
+
+
+def lock_prefix() -> str:
+    """The start of every Redis key cron_celery writes: ``LOCK["PREFIX"]``, else
+    ``cron_celery:<database name>``, so that projects (or staging and production) sharing a
+    Redis do not hold each other's job locks or beat lease."""
+    configured = get().LOCK.get("PREFIX")
+    if configured:
+        return str(configured)
+    from django.db import connections
+
+    return f"cron_celery:{connections['default'].settings_dict['NAME']}"
 
 
 def celery_visibility_timeout() -> float | None:

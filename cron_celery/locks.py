@@ -71,7 +71,7 @@ class JobLock:
     def __init__(self, code: str, ttl: float | None = None) -> None:
         self.name = f"job:{code}"
         self.ttl = float(ttl if ttl is not None else conf.settings.LOCK["TTL"])
-        self._lock = _redlock(f"cron_celery:{self.name}", self.ttl)
+        self._lock = _redlock(f"{conf.lock_prefix()}:{self.name}", self.ttl)
         self.state = ""
 
     def acquire(self, extra: dict[str, object] | None = None) -> str:
@@ -147,7 +147,7 @@ class lock:  # lower-case: used like a function, ``with cron_celery.lock("name")
         self._renewer: threading.Thread | None = None
 
     def __enter__(self) -> lock:
-        redlock = _redlock(f"cron_celery:lock:{self.name}", self.ttl)
+        redlock = _redlock(f"{conf.lock_prefix()}:lock:{self.name}", self.ttl)
         try:
             acquired = redlock.acquire(blocking=self.blocking, timeout=self.timeout)
         except QuorumIsImpossible as error:

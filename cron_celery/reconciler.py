@@ -72,7 +72,7 @@ class Report:
 
 
 def run_pass(now: dt.datetime | None = None) -> Report:
-    """One bounded pass of the three steps (see the module's docstring)."""
+    """One bounded pass of the four steps (see the module's docstring)."""
     options = conf.settings.RECONCILE
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_try_advisory_lock(%s)", [ADVISORY_KEY])

@@ -43,10 +43,16 @@ def wanted_after_kill(job: registry.Job) -> bool:
                for kind in job.retry_on)
 
 
-def countdown(job: registry.Job, retries_done: int) -> float:
-    """Seconds to wait before attempt ``retries_done + 2`` (after ``retries_done`` retries)."""
+def longest_wait(job: registry.Job, retries_done: int) -> float:
+    """The most seconds the backoff waits before attempt ``retries_done + 2`` (jitter only
+    shortens it)."""
     if job.retry_backoff is False:
         return FIXED_DELAY
     factor = 1.0 if job.retry_backoff is True else float(job.retry_backoff)
-    wait = min(float(job.retry_backoff_max), factor * 2 ** retries_done)
-    return random.uniform(0, wait) if job.retry_jitter else wait
+    return min(float(job.retry_backoff_max), factor * 2.0 ** retries_done)
+
+
+def countdown(job: registry.Job, retries_done: int) -> float:
+    """Seconds to wait before attempt ``retries_done + 2`` (after ``retries_done`` retries)."""
+    wait = longest_wait(job, retries_done)
+    return random.uniform(0, wait) if job.retry_jitter and job.retry_backoff is not False else wait

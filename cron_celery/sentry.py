@@ -19,7 +19,7 @@ from typing import Any
 import sentry_sdk
 from sentry_sdk.crons import capture_checkin
 
-from cron_celery import conf, exceptions, registry, schedules
+from cron_celery import conf, exceptions, registry, retries, schedules
 from cron_celery.notifiers.base import Channel, Message
 
 logger = logging.getLogger(__name__)
@@ -52,12 +52,11 @@ def monitor_config(job: registry.Job) -> dict[str, Any]:
     else:
         schedule = {"type": "crontab", "value": job.schedule.expression}
     per_attempt = job.time_limit or float(options().get("max_runtime_per_attempt", 3600))
-    waits = sum(min(float(job.retry_backoff_max), 2.0 ** n * (1.0 if job.retry_backoff is True
-                                                                else float(job.retry_backoff or 180)))
-                for n in range(job.max_retries))
+    waits = sum(retries.longest_wait(job, n) for n in range(job.max_retries))
     return {
         "schedule": schedule,
-        "timezone": job.timezone,
+        # A schedule may carry its own zone (daily(at(6).am(), timezone=...)); it wins.
+        "timezone": job.schedule.timezone or job.timezone,
         "checkin_margin": int(options().get("checkin_margin", 1)),
         "max_runtime": max(1, math.ceil((per_attempt * (job.max_retries + 1) + waits) / 60)),
         "failure_issue_threshold": max(1, job.alert_after),
@@ -65,12 +64,20 @@ def monitor_config(job: registry.Job) -> dict[str, Any]:
     }
 
 
+def in_effect(job: registry.Job) -> registry.Job:
+    """The job with the schedule the beat runs: an admin edit wins over the code."""
+    from cron_celery import schedule_sync  # it imports runs, which imports this module
+
+    return schedule_sync.in_effect(job)
+
+
 def checkin_started(job: registry.Job) -> str:
     """Send ``in_progress``; returns the check-in id ("" when Sentry is off)."""
     if not crons_enabled(job):
         return ""
     try:
-        return capture_checkin(monitor_slug=job.name, status="in_progress", monitor_config=monitor_config(job)) or ""  # type: ignore[arg-type]
+        return capture_checkin(monitor_slug=job.name, status="in_progress",
+                               monitor_config=monitor_config(in_effect(job))) or ""  # type: ignore[arg-type]
     except Exception:  # monitoring must never break a run
         logger.exception("could not send the Sentry check-in of %s", job.name)
         return ""
@@ -81,7 +88,7 @@ def checkin_finished(job: registry.Job, check_in_id: str, ok: bool, duration: fl
         return
     try:
         capture_checkin(monitor_slug=job.name, check_in_id=check_in_id, status="ok" if ok else "error",
-                        duration=duration, monitor_config=monitor_config(job))  # type: ignore[arg-type]
+                        duration=duration, monitor_config=monitor_config(in_effect(job)))  # type: ignore[arg-type]
     except Exception:
         logger.exception("could not send the Sentry check-in of %s", job.name)
 

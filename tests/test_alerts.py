@@ -455,6 +455,28 @@ def test_the_delivery_task_retries_with_backoff_on_a_real_worker_until_sent(http
     assert CronExecution.objects.get(id=outcome.execution_id).status == Status.FAILED
 
 
+@pytest.mark.django_db(transaction=True)
+def test_the_reconciler_queues_again_an_alert_whose_delivery_message_was_lost(http, session_queue):
+    job, job_id = make_job(notify={"on_failure": ["webhook"]})
+    other, _ = make_job(notify={"on_failure": ["webhook"]})
+    with notifying({"webhook": {"url": f"{http.url}/hooks/cron"}}, RECONCILE=RECONCILE):
+        lost = execute(job, 0, body=reporting())
+        young = execute(other, 0, body=reporting())
+        assert len(queued_deliveries(session_queue)) == 2
+        session_queue.delete(settings.CELERY_TASK_DEFAULT_QUEUE)  # the broker lost both messages
+        old = Alert.objects.get(execution_id=lost.execution_id)
+        sql(f"UPDATE {Alert._meta.db_table} SET updated_at = now() - interval '10 minutes' WHERE id = %s", [old.id])
+        report = reconciler.run_pass()
+        assert report.alerts == 1  # only the alert untouched for PENDING_GRACE (60 s)
+        assert [args[0] for args in queued_deliveries(session_queue)] == [old.id]
+        with start_worker(app, pool="threads", concurrency=1, perform_ping_check=False, loglevel="WARNING",
+                          shutdown_timeout=30):
+            wait_for(lambda: Alert.objects.get(id=old.id).status == SENT, timeout=30, what="the alert to be sent")
+    assert Alert.objects.get(execution_id=young.execution_id).status == PENDING  # its turn comes after the grace
+    assert [request.path for request in http.requests] == ["/hooks/cron"]
+    assert CronJob.objects.get(id=job_id).alerted_at is not None
+
+
 # --- 4. the alert policy (rows only) ------------------------------------------------------
 
 def test_alert_after_three_alerts_once_per_incident_and_a_success_recovers_it():

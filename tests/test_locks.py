@@ -33,10 +33,10 @@ def test_lock_is_exclusive_and_released_on_exit(master):
     with cron_celery.lock(key):
         with pytest.raises(cron_celery.LockUnavailable, match=key), cron_celery.lock(key):
             pass
-        assert master.client().keys("*cron_celery:lock:*")
+        assert master.client().keys("*:lock:*")
     with cron_celery.lock(key):  # free again
         pass
-    assert master.client().keys("*cron_celery:lock:*") == []
+    assert master.client().keys("*:lock:*") == []
 
 
 def test_lock_as_a_decorator_and_released_when_the_body_raises(master):

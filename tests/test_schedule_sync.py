@@ -8,7 +8,7 @@ import datetime as dt
 import pytest
 from django_celery_beat.models import CrontabSchedule, IntervalSchedule, PeriodicTask
 
-from cron_celery import registry, schedule_sync
+from cron_celery import registry, schedule_sync, sentry
 from cron_celery.models import CronJob
 from cron_celery.schedules import cron
 from tests.admin_forms import submit
@@ -67,6 +67,34 @@ def test_an_admin_edit_of_the_crontab_moves_the_next_slot_and_survives_the_next_
     # run_cron_task DATE runs the day's slot of the schedule in effect.
     edited = schedule_sync.in_effect(registry.get("nightly-report"))
     assert edited.first_slot_on(dt.date(2026, 11, 29)) == dt.datetime(2026, 11, 29, 3, 30, tzinfo=dt.UTC)
+
+
+def test_sentry_monitors_are_told_the_schedule_in_effect_after_an_admin_edit(admin_client):
+    schedule_sync.sync(NOW)
+    declared = registry.get("nightly-report")
+    assert sentry.monitor_config(sentry.in_effect(declared))["schedule"] == {"type": "crontab", "value": "0 2 * * *"}
+    task = job_row("nightly-report").periodic_task
+    other = CrontabSchedule.objects.create(minute="30", hour="4", timezone="Europe/Amsterdam")
+    submit(admin_client, change_url(task), {"crontab": str(other.id)})
+    schedule_sync.apply_edits(NOW)
+    config = sentry.monitor_config(sentry.in_effect(declared))
+    assert (config["schedule"], config["timezone"]) == ({"type": "crontab", "value": "30 4 * * *"}, "Europe/Amsterdam")
+
+
+def test_a_monitor_reads_the_schedule_in_its_own_timezone():
+    job = dataclasses.replace(registry.get("nightly-report"), timezone="UTC",
+                              schedule=cron("0 15 * * *", timezone="America/New_York"))
+    assert sentry.monitor_config(job)["timezone"] == "America/New_York"
+    assert sentry.monitor_config(dataclasses.replace(job, schedule=cron("0 15 * * *")))["timezone"] == "UTC"
+
+
+def test_a_fixed_retry_delay_is_not_doubled_in_the_monitors_runtime():
+    job = dataclasses.replace(registry.get("nightly-report"), max_retries=3, retry_backoff=False, time_limit=60)
+    # 4 attempts of 60 s and 3 waits of 180 s: 780 s = 13 minutes.
+    assert sentry.monitor_config(job)["max_runtime"] == 13
+    doubling = dataclasses.replace(job, retry_backoff=100, retry_backoff_max=10_000)
+    # 4 attempts of 60 s plus 100 + 200 + 400 s = 940 s, so 16 minutes.
+    assert sentry.monitor_config(doubling)["max_runtime"] == 16
 
 
 def test_editing_the_crontab_row_itself_reaches_every_job_that_uses_it(admin_client):

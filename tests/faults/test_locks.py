@@ -83,7 +83,7 @@ def test_one_master_down_locks_stay_exclusive_across_two_workers(masters, worker
         wait_for(lambda: done() == 2 * wave + 2, what=f"wave {wave}")  # noqa: B023
         # The lock is released just after the outcome is written: let it go before the next
         # wave, so that each wave starts with a free lock however slow the machine is.
-        wait_for(lambda: not any(m.client().keys("redlock:cron_celery:job:*") for m in masters[:2]),
+        wait_for(lambda: not any(m.client().keys("redlock:cron_celery:*:job:*") for m in masters[:2]),
                  timeout=10, what="the job lock to be released")
     rows = list(CronExecution.objects.filter(task_name=JOB))
     statuses = [r.status for r in rows]

@@ -30,7 +30,7 @@ class Command(BaseCommand):
         # so a stale message can never claim a new execution.
         CronJob.objects.all().delete()
         BeatHeartbeat.objects.all().delete()
-        lease = Redlock(key=beat.LEADER_KEY, masters=locks.masters())
+        lease = Redlock(key=beat.leader_key(), masters=locks.masters())
         for master in lease.masters:  # a beat killed last time may still hold the lease
             master.delete(lease.key)
         purged = current_app.control.purge()
