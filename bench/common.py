@@ -81,7 +81,7 @@ def run(main: Callable[[], int]) -> None:
     try:
         sys.exit(main())
     except KeyboardInterrupt as interrupted:  # the script's own finally blocks have cleaned up
-        print(f"interrupted ({interrupted or 'Ctrl-C'})", file=sys.stderr)
+        print(f"interrupted ({str(interrupted) or 'Ctrl-C'})", file=sys.stderr)
         sys.exit(130)
     except BenchError as exc:
         print(f"benchmark failed: {exc}", file=sys.stderr)

@@ -151,6 +151,19 @@ def purge_throughput() -> dict[str, Any]:
             "rows_per_second": round(result.executions / took)}
 
 
+def versions() -> dict[str, str]:
+    import platform
+
+    import django
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW server_version")
+        row = cursor.fetchone()
+    return {"python": platform.python_version(), "django": django.get_version(),
+            "postgresql": str(row[0]) if row else "?"}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=1_000_000)
@@ -158,7 +171,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
+    if args.jobs < 1 or args.rows < args.jobs or args.repeat < 1:
+        parser.error("--jobs and --repeat must be at least 1, and --rows at least --jobs")
     started_at = dt.datetime.now(dt.UTC)
+    loadavg = os.getloadavg()
     from bench import history_settings
 
     ensure_database(history_settings.DATABASES["default"])
@@ -167,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
 
     django.setup()
     call_command("migrate", verbosity=0, interactive=False)
-    log_machine(os.cpu_count(), os.getloadavg()[0], "slower")
+    log_machine(os.cpu_count(), loadavg[0], "slower")
     seed(args.jobs, args.rows)
 
     from django.conf import settings
@@ -180,14 +196,15 @@ def main(argv: list[str] | None = None) -> int:
     client = Client()
     client.force_login(user)
     token = {"Authorization": f"Bearer {settings.CRON_CELERY['API_TOKEN']}"}
+    middle = max(1, args.jobs // 2)  # the seeded jobs have ids 1..jobs and names job-0001...
     pages = [
         ("dashboard (50 jobs a page)", "/admin/cron_celery/cronjob/", None),
-        ("history, filtered by job", "/admin/cron_celery/cronexecution/?job=500", None),
-        ("history, filtered by job and status", "/admin/cron_celery/cronexecution/?job=500&status__exact=FAILED",
-         None),
+        ("history, filtered by job", f"/admin/cron_celery/cronexecution/?job={middle}", None),
+        ("history, filtered by job and status",
+         f"/admin/cron_celery/cronexecution/?job={middle}&status__exact=FAILED", None),
         ("history, unfiltered", "/admin/cron_celery/cronexecution/", None),
         ("status endpoint (limit 100)", "/cron/status/", token),
-        ("status endpoint, one job", "/cron/status/?job=job-0500", token),
+        ("status endpoint, one job", f"/cron/status/?job=job-{middle:04d}", token),
         ("health endpoint", "/cron/health/", token),
     ]
     results = []
@@ -203,9 +220,12 @@ def main(argv: list[str] | None = None) -> int:
     purge = purge_throughput()
     log(f"purge: {purge['rows']:,} rows in {purge['batches']} batches, {purge['seconds']} s, "
         f"{purge['rows_per_second']:,} rows/s (target 50,000)")
-    write_results("history", started_at, {"started_at": started_at, "rows": args.rows, "jobs": args.jobs,
-                                          "repeat": args.repeat, "pages": results, "purge": purge,
-                                          "cpus": os.cpu_count()}, args.json)
+    header = {"date": started_at.strftime("%Y-%m-%d %H:%M UTC"), "rows": args.rows, "jobs": args.jobs,
+              "repeat": args.repeat, "purge_rows": PURGE_ROWS, "max_queries": MAX_QUERIES, "max_ms": MAX_MS,
+              "cpus": os.cpu_count(), "loadavg": loadavg, **versions()}
+    write_results("history", started_at, {"settings": header, "started_at": started_at, "rows": args.rows,
+                                          "jobs": args.jobs, "repeat": args.repeat, "pages": results,
+                                          "purge": purge, "cpus": os.cpu_count()}, args.json)
     return 0
 
 

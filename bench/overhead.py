@@ -1,11 +1,13 @@
 """What tracking a run costs: no-op tasks per second through one real prefork worker.
 
-Three variants of the same no-op body (one Redis ``INCR``, see ``bench/tasks.py``):
+Four variants of the same no-op body (one Redis ``INCR``, see ``bench/tasks.py``):
 
   (i)   a bare Celery task, no result backend;
   (ii)  the same task with django-celery-results storing a row per task (``django-db``);
   (iii) a ``cron_task`` job (pattern "always", overlap "allow"), one slot per message,
-        recorded as a ``CronExecution`` row; no result backend.
+        recorded as a ``CronExecution`` row; no result backend;
+  (iv)  a celery-once task (``base=QueueOnce``, Redis backend): each message takes a Redis
+        lock when it is published and the worker deletes it after the task; no result backend.
 
 For each variant and repeat a fresh ``celery worker --pool prefork --concurrency 2`` is
 started on a warm-up queue; once it answers a ping and has run a few warm-up messages,
@@ -13,9 +15,10 @@ N messages are published to a second queue (the queue is pre-filled) and the wor
 told to consume it (``add_consumer``). The clock starts when the first of the N has
 finished (the task writes that time to Redis) and stops when the last one is done: the
 Redis counter reached N for (i), and the result rows (ii) or succeeded executions (iii)
-in PostgreSQL reached N. Throughput is (N - 1) / elapsed. The variants are interleaved
-(i, ii, iii, i, ii, iii...) and the medians of the repeats are reported, with the ratios
-(iii)/(i) and (iii)/(ii).
+in PostgreSQL reached N, and for (iv) the counter reached N and none of the N locks is left.
+Throughput is (N - 1) / elapsed. The variants are interleaved (i, ii, iii, iv, i, ii...)
+and the medians of the repeats are reported, with the ratios (iii)/(i), (iii)/(ii) and
+(iii)/(iv).
 
 It also counts, in this process, the SQL statements and transactions of 100 tracked runs
 (the task called directly) and of 100 django-db result writes.
@@ -93,6 +96,7 @@ class Variant:
     table: str = ""  # the table whose rows mark completion ("" = the Redis counter only)
     done_status: str = ""
     reuse: bool = True  # False: the worker runs without CELERY_DB_REUSE_MAX
+    once: bool = False  # celery-once: done when the counter is complete and no lock is left
 
 
 VARIANTS = (
@@ -101,6 +105,7 @@ VARIANTS = (
             "django_celery_results_taskresult", "SUCCESS"),
     Variant("tracked", "(iii) cron_task (tracked)", "bench.tracked_noop", "",
             "cron_celery_cronexecution", "SUCCEEDED"),
+    Variant("once", "(iv)  celery-once QueueOnce", "bench.once_noop", "", once=True),
 )
 #: With ``--also-without-reuse``: (ii) and (iii) again, without CELERY_DB_REUSE_MAX.
 NO_REUSE_VARIANTS = (
@@ -410,14 +415,20 @@ def wait_for(what: str, condition: Callable[[], bool], timeout: float, worker: W
         time.sleep(interval)
 
 
-def publish(app: Any, variant: Variant, queue: str, count: int, base: dt.datetime) -> None:
+def publish(app: Any, variant: Variant, queue: str, count: int, base: dt.datetime) -> list[str]:
+    """Publish ``count`` messages; returns the celery-once lock keys they took (if any)."""
     task = app.tasks[variant.task]
+    lock_keys = []
     with app.producer_or_acquire() as producer:
         for i in range(count):
             kwargs = {}
-            if variant.task == "bench.tracked_noop":
+            if variant.task in ("bench.tracked_noop", "bench.once_noop"):
                 kwargs["slot"] = (base + dt.timedelta(minutes=i)).isoformat()
+            if variant.once:  # the queue's name carries the run's tag into the lock's key
+                kwargs["tag"] = queue
+                lock_keys.append(task.get_key((), kwargs))
             task.apply_async(kwargs=kwargs, queue=queue, producer=producer)
+    return lock_keys
 
 
 def run_once(app: Any, client: redis.Redis, variant: Variant, *, n: int, warmup: int,
@@ -454,13 +465,19 @@ def run_once(app: Any, client: redis.Redis, variant: Variant, *, n: int, warmup:
         def rows(total: int) -> Callable[[], bool]:
             return lambda: count_rows(variant.table, variant.done_status) >= total
 
+        def released(keys: list[str]) -> Callable[[], bool]:
+            return lambda: not keys or int(client.exists(*keys)) == 0
+
         # Warm-up: every pool process imports, connects and runs a few messages.
-        publish(app, variant, warm_queue, warmup, WARMUP_BASE)
+        warm_locks = publish(app, variant, warm_queue, warmup, WARMUP_BASE)
         wait_for("the warm-up messages", done(warmup), 60, worker)
         if variant.table:
             wait_for("the warm-up rows", rows(warmup), 60, worker)
+        wait_for("the warm-up locks to be released", released(warm_locks), 60, worker)
 
-        publish(app, variant, queue, n, SLOT_BASE)
+        lock_keys = publish(app, variant, queue, n, SLOT_BASE)
+        if variant.once and int(client.exists(*lock_keys)) != n:
+            raise BenchError(f"expected {n} celery-once locks, found {client.exists(*lock_keys)}")
         queued = int(client.llen(queue))
         if queued != n:
             raise BenchError(f"expected {n} messages in {queue}, found {queued}")
@@ -476,6 +493,8 @@ def run_once(app: Any, client: redis.Redis, variant: Variant, *, n: int, warmup:
         t1 = wait_for(f"{n} completions", done(total), max(120.0, n / 10), worker)
         if variant.table:
             t1 = wait_for(f"{n} rows in {variant.table}", rows(total), 60, worker, 0.005)
+        if variant.once:
+            t1 = wait_for(f"{n} celery-once locks to be released", released(lock_keys), 60, worker, 0.005)
         # The clock starts when the first of the N finished (the worker wrote the time):
         # the worker's Redis poll only picks the new queue up when its current BRPOP on
         # the warm-up queue returns (up to a second later), which must not be counted.
@@ -505,7 +524,9 @@ def run_once(app: Any, client: redis.Redis, variant: Variant, *, n: int, warmup:
 # ------------------------------------------------------------------------------- main
 
 
-def versions() -> dict[str, str]:
+def versions(client: redis.Redis) -> dict[str, str]:
+    from importlib import metadata
+
     import celery
     import django
     import django_celery_results
@@ -514,7 +535,9 @@ def versions() -> dict[str, str]:
     return {"python": platform.python_version(), "django": django.get_version(),
             "celery": celery.__version__, "kombu": kombu.__version__,
             "django_celery_results": getattr(django_celery_results, "__version__", "?"),
-            "psycopg": psycopg.__version__, "redis_py": redis.__version__}
+            "celery_once": metadata.version("celery-once"),
+            "psycopg": psycopg.__version__, "redis_py": redis.__version__,
+            "redis_server": str(client.info("server").get("redis_version", "?"))}
 
 
 def fmt_rate(value: float) -> str:
@@ -562,7 +585,7 @@ def main(argv: list[str] | None = None) -> int:
         "CONN_MAX_AGE": db["CONN_MAX_AGE"], "CELERY_DB_REUSE_MAX": reuse,
         "database": f"postgresql://{db['USER']}@{db['HOST']}:{db['PORT']}/{db_name}",
         "broker": redis_url, "cpus": os.cpu_count(), "loadavg": os.getloadavg(),
-        "postgresql": facts, **versions(),
+        "postgresql": facts, **versions(client),
     }
     log(f"cron_celery overhead benchmark, {header['date']}")
     log(f"  N={n} messages per run, {repeat} repeat(s), {args.warmup} warm-up messages first")
@@ -573,7 +596,8 @@ def main(argv: list[str] | None = None) -> int:
     log(f"  PostgreSQL {facts['server_version']} (synchronous_commit={facts['synchronous_commit']}, "
         f"fsync={facts['fsync']}); broker {redis_url}")
     log(f"  Python {header['python']}, Django {header['django']}, Celery {header['celery']}, "
-        f"django-celery-results {header['django_celery_results']}, psycopg {header['psycopg']}")
+        f"django-celery-results {header['django_celery_results']}, celery-once {header['celery_once']}, "
+        f"psycopg {header['psycopg']}, Redis {header['redis_server']}")
     log_machine(header["cpus"], header["loadavg"][0], "low and noisy")
 
     statements = count_statements(args.statement_runs)
@@ -614,6 +638,7 @@ def main(argv: list[str] | None = None) -> int:
     medians = {key: statistics.median(values) for key, values in rates.items()}
     per_run_ratio_i = [t / b for t, b in zip(rates["tracked"], rates["bare"], strict=True)]
     per_run_ratio_ii = [t / r for t, r in zip(rates["tracked"], rates["results"], strict=True)]
+    per_run_ratio_iv = [t / o for t, o in zip(rates["tracked"], rates["once"], strict=True)]
     log("")
     runs_header = "".join(f"   run {i}" for i in range(1, repeat + 1))
     log(f"{'variant':<34}{runs_header}   median  (tasks/s)")
@@ -622,11 +647,14 @@ def main(argv: list[str] | None = None) -> int:
         log(f"{variant.label:<34}{cells} {fmt_rate(medians[variant.key])}")
     ratio_i = medians["tracked"] / medians["bare"]
     ratio_ii = medians["tracked"] / medians["results"]
+    ratio_iv = medians["tracked"] / medians["once"]
     log("")
     log(f"(iii)/(i)  = {ratio_i:.2f}   (median of per-repeat ratios "
         f"{statistics.median(per_run_ratio_i):.2f})")
     log(f"(iii)/(ii) = {ratio_ii:.2f}   (median of per-repeat ratios "
         f"{statistics.median(per_run_ratio_ii):.2f})")
+    log(f"(iii)/(iv) = {ratio_iv:.2f}   (median of per-repeat ratios "
+        f"{statistics.median(per_run_ratio_iv):.2f})")
     log(f"statements per tracked run: {tracked_sql['statements_per_run']:g} in "
         f"{tracked_sql['transactions_per_run']:g} transactions "
         f"(django-db result: {results_sql['statements_per_task']:g} in "
@@ -634,7 +662,7 @@ def main(argv: list[str] | None = None) -> int:
 
     write_results("overhead", started_at, {
         "settings": header, "statements": statements, "runs": details,
-        "medians": medians, "ratio_iii_i": ratio_i, "ratio_iii_ii": ratio_ii,
+        "medians": medians, "ratio_iii_i": ratio_i, "ratio_iii_ii": ratio_ii, "ratio_iii_iv": ratio_iv,
     }, args.json)
     return 0
 

@@ -1,6 +1,6 @@
 """Django settings of the benchmarks (``bench/overhead.py``, ``bench/beat_scale.py``) and the worker.
 
-All three variants use this one module, so they share the database connection settings;
+All the variants use this one module, so they share the database connection settings;
 only the result backend changes, chosen by ``BENCH_RESULT_BACKEND`` in the environment
 of the worker (unset: none; ``django-db``: django-celery-results).
 """
@@ -58,6 +58,11 @@ CELERY_RESULT_BACKEND = os.environ.get("BENCH_RESULT_BACKEND") or None
 # unique default keeps stray messages out of anybody else's "celery" queue all the same.
 CELERY_TASK_DEFAULT_QUEUE = os.environ.get("BENCH_DEFAULT_QUEUE", "cron-celery-bench-default")
 CELERY_WORKER_PREFETCH_MULTIPLIER = 4
+#: celery-once (variant (iv) of ``overhead.py``): its locks live in the broker's Redis.
+CELERY_ONCE = {
+    "backend": "celery_once.backends.Redis",
+    "settings": {"url": REDIS_URL, "default_timeout": 60 * 60},
+}
 
 CRON_CELERY = {"LEASE_SECONDS": 60}
 

@@ -2,7 +2,7 @@
 
 Every variant runs the same body, ``_done()``: one Redis ``INCR`` of the counter named by
 ``BENCH_COUNTER_KEY`` (set in the worker's environment). That counter is how the bare
-variant's completions are counted; the other two variants run it too, so that the only
+variant's completions are counted; the other variants run it too, so that the only
 difference between them is the bookkeeping around the body. The message that brings the
 counter to ``BENCH_FIRST`` (the first timed one) also writes the time it finished.
 """
@@ -14,6 +14,7 @@ import time
 
 import redis
 from celery import shared_task
+from celery_once import QueueOnce
 
 from cron_celery import Run, cron_task
 
@@ -46,4 +47,12 @@ def noop() -> None:
 )
 def tracked_noop(run: Run) -> None:
     """Variant (iii): the same body as a job; every message runs its own slot."""
+    _done()
+
+
+@shared_task(name="bench.once_noop", base=QueueOnce, once={"graceful": False})
+def once_noop(slot: str = "", tag: str = "") -> None:
+    """Variant (iv): the same body under celery-once. Publishing takes a Redis lock named
+    after the task and its arguments (every message has its own ``slot``; ``tag`` puts the
+    run's tag into the key); the worker deletes it when the task has returned."""
     _done()

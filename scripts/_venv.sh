@@ -1,4 +1,4 @@
-# Sourced by scripts/test and scripts/demo: creates (or reuses) a virtual environment
+# Sourced by scripts/test, scripts/demo and scripts/bench: creates (or reuses) a virtual environment
 # for one Django line and installs the project with its dev extras into it.
 #   make_venv DIR PYTHON DJANGO_SPEC   -> leaves "$DIR/bin/python" ready to use
 

@@ -1,0 +1,5 @@
+"""``python -m bench`` (what ``./scripts/bench`` runs): every benchmark, then docs/benchmarks.md."""
+
+from bench.run import entry
+
+entry()
