@@ -40,6 +40,7 @@ import argparse
 import contextlib
 import dataclasses
 import datetime as dt
+import itertools
 import os
 import platform
 import re
@@ -293,7 +294,51 @@ def count_statements(runs: int) -> dict[str, Any]:
     }
     clean_tables()
     cron_runs._job_ids.clear()
-    return {"tracked": tracked, "results": results}
+    return {"tracked": tracked, "results": results, "commit_cost": time_commits(max(runs, 1000))}
+
+
+def time_commits(runs: int) -> dict[str, float]:
+    """Milliseconds per tracked run (the task called directly) and per django-db result write,
+    in this process, with PostgreSQL's ``synchronous_commit`` on (as measured above) and, for
+    reference only, off: the difference is what waiting for each commit's WAL flush costs."""
+    from django.db import connection
+    from django_celery_results.backends.database import DatabaseBackend
+
+    from bench import tasks
+    from bench.celery_app import app
+    from cron_celery import runs as cron_runs
+
+    backend = DatabaseBackend(app=app)
+    slots = itertools.count(100_000)
+
+    def tracked() -> None:
+        tasks.tracked_noop(slot=(SLOT_BASE + dt.timedelta(minutes=next(slots))).isoformat())
+
+    def result() -> None:
+        backend.mark_as_done(uuid.uuid4().hex, None)
+
+    def per_call(call: Callable[[], None]) -> float:
+        for _ in range(10):  # warm: connection open, statements prepared
+            call()
+        started = time.perf_counter()
+        for _ in range(runs):
+            call()
+        return (time.perf_counter() - started) * 1000 / runs
+
+    figures: dict[str, float] = {}
+    try:
+        for mode in ("on", "off"):
+            with connection.cursor() as cursor:
+                cursor.execute(f"SET synchronous_commit = {mode}")
+            suffix = "" if mode == "on" else "_async_commit"
+            figures[f"tracked_ms{suffix}"] = per_call(tracked)
+            figures[f"results_ms{suffix}"] = per_call(result)
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("RESET synchronous_commit")
+        clean_tables()
+        cron_runs._job_ids.clear()
+    return figures
 
 
 # ----------------------------------------------------------------------------- worker
@@ -612,6 +657,10 @@ def main(argv: list[str] | None = None) -> int:
     log(f"SQL per django-db result (in-process, {results_sql['writes']} writes): "
         f"{results_sql['statements_per_task']:g} statements in "
         f"{results_sql['transactions_per_task']:g} transactions  {results_sql['kinds_per_task']}")
+    cost = statements["commit_cost"]
+    log(f"ms per call in-process: tracked run {cost['tracked_ms']:.3f}, django-db result {cost['results_ms']:.3f}; "
+        f"with synchronous_commit off (reference): {cost['tracked_ms_async_commit']:.3f} and "
+        f"{cost['results_ms_async_commit']:.3f}")
     log("")
 
     variants = VARIANTS + (NO_REUSE_VARIANTS if args.also_without_reuse else ())

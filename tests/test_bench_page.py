@@ -56,6 +56,16 @@ def test_overhead_ratios_are_tracked_over_each_peer():
     }
 
 
+def test_the_commit_cost_section_shows_the_difference_with_and_without_the_wal_flush(results_dir: Path):
+    assert "Where the difference from (ii) goes" not in rendered()  # older results: no section
+    cost = {"tracked_ms": 1.5, "results_ms": 1.2, "tracked_ms_async_commit": 1.25, "results_ms_async_commit": 1.15}
+    edit(results_dir, "overhead.json", lambda data: data["statements"].__setitem__("commit_cost", cost))
+    text = rendered(results_dir)
+    section = text[text.index("### Where the difference from (ii) goes"):]
+    assert "| difference | **0.300 ms** | 0.100 ms |" in section
+    assert "| (iii) tracked run | 1.500 ms | 1.250 ms |" in section
+
+
 def test_lock_ratios_are_against_pottery_and_the_floor():
     ratios = sections.lock_ratios(page.load(FIXTURE).data["locks"])
     assert ratios["cron1"] == pytest.approx(840 / 800)
