@@ -12,6 +12,7 @@ class CronCeleryConfig(AppConfig):
         from cron_celery import checks, reconciler, registry, shutdown
 
         checks.register()
+        checks.connect()
         shutdown.connect()
         reconciler.connect()
         # Declare every job now, so a duplicate name or code stops start-up at once.

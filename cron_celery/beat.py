@@ -33,7 +33,7 @@ from django_celery_beat.schedulers import DatabaseScheduler
 from pottery import Redlock
 from pottery.exceptions import ExtendUnlockedLock, QuorumIsImpossible, ReleaseUnlockedLock
 
-from cron_celery import claims, conf, exceptions, health, locks, outcomes, schedule_sync, schedules, tasks
+from cron_celery import checks, claims, conf, exceptions, health, locks, outcomes, schedule_sync, schedules, tasks
 
 logger = logging.getLogger(__name__)
 
@@ -159,6 +159,7 @@ class Scheduler(DatabaseScheduler):  # type: ignore[misc]
     tick_seconds = 1.0
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        checks.refuse_to_start("beat")  # before the first sync writes anything
         self.leadership = Leadership(float(conf.settings.BEAT_LEASE_SECONDS))
         self._schedules: dict[tuple[str, str], schedules.Schedule] = {}
         self.published = 0  # executions sent since start

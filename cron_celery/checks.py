@@ -1,7 +1,16 @@
-"""Django system checks with stable ids (``cron_celery.E001`` ...), run at start-up."""
+"""Django system checks with stable ids (``cron_celery.E001`` ...), run at start-up.
+
+Management commands stop on an error as usual. Celery's Django fixup runs the checks too but
+ignores what they find, so ``connect()`` makes workers and beats refuse to start on an error
+of ours: a worker whose lock outlives its lease, or a beat with a broken reconciler setting,
+would otherwise run and quietly break the guarantees. ``SILENCED_SYSTEM_CHECKS`` still
+silences an id, as it does for Django.
+"""
 
 from __future__ import annotations
 
+import logging
+import sys
 from typing import Any
 
 from django.core import checks
@@ -9,6 +18,42 @@ from django.core import checks
 from cron_celery import conf
 
 TAG = "cron_celery"
+
+logger = logging.getLogger(__name__)
+
+
+def connect() -> None:
+    from celery import signals
+
+    signals.worker_init.connect(_worker_init, weak=False, dispatch_uid="cron_celery.checks.worker")
+    signals.beat_init.connect(_beat_init, weak=False, dispatch_uid="cron_celery.checks.beat")
+
+
+def errors() -> list[checks.CheckMessage]:
+    """cron_celery's system check errors that are not silenced."""
+    return [message for message in checks.run_checks(tags=[TAG])
+            if message.level >= checks.ERROR and not message.is_silenced()]
+
+
+def refuse_to_start(what: str) -> None:
+    """Stop a worker or beat that starts with cron_celery check errors. It raises
+    ``SystemExit``: Celery logs and swallows any other exception a signal receiver raises."""
+    found = errors()
+    if not found:
+        return
+    text = "\n".join(f"  {message}" + (f"\n    HINT: {message.hint}" if message.hint else "") for message in found)
+    logger.critical("cron_celery: the %s refuses to start; the system checks found:\n%s", what, text)
+    sys.stderr.write(f"cron_celery: the {what} refuses to start; the system checks found:\n{text}\n")
+    sys.stderr.flush()
+    raise SystemExit(1)
+
+
+def _worker_init(**_kwargs: Any) -> None:
+    refuse_to_start("worker")
+
+
+def _beat_init(**_kwargs: Any) -> None:  # a beat with another scheduler (ours checks earlier)
+    refuse_to_start("beat")
 
 
 def register() -> None:

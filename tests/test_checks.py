@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
+import pytest
 from django.test import override_settings
 
 from cron_celery import checks
+from tests.conftest import ROOT, subprocess_env
 
 
 def ids(messages):
@@ -65,3 +70,34 @@ THREE = ["redis://a:6379/0", "redis://b:6379/0", "redis://c:6379/0"]
 @override_settings(CRON_CELERY={"LOCK": {"MASTERS": THREE, "TTL": 30}})
 def test_three_masters_pass():
     assert checks.check_lock() == []
+
+
+# --- workers and beats refuse to start on an error ------------------------------------------
+
+def start_refused(*command: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "celery", "-A", "tests.celery_app", *command],
+                          cwd=ROOT, env=subprocess_env(**env), capture_output=True, text=True, timeout=120,
+                          check=False)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("command", [
+    ("worker", "--pool", "solo", "--without-gossip", "--without-mingle", "--without-heartbeat"),
+    ("beat", "-S", "cron_celery.beat.Scheduler"),
+], ids=["worker", "beat"])
+def test_a_worker_or_beat_with_a_check_error_refuses_to_start(command: tuple[str, ...]):
+    # A lock TTL longer than the lease: a crashed worker's lock would outlive its claim.
+    result = start_refused(*command, CRON_TEST_LOCK_TTL="120", CRON_TEST_LEASE_SECONDS="60")
+    assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-2000:]
+    assert f"cron_celery: the {command[0]} refuses to start" in result.stderr
+    assert "cron_celery.E007" in result.stderr and "HINT: Keep the lock TTL at or below the lease" in result.stderr
+    assert "ready." not in result.stdout + result.stderr  # it never consumed a message
+
+
+def test_a_silenced_check_does_not_stop_a_worker():
+    with override_settings(CRON_CELERY={"LOCK": {"TTL": 120}, "LEASE_SECONDS": 60}):
+        with pytest.raises(SystemExit):
+            checks.refuse_to_start("worker")
+        with override_settings(SILENCED_SYSTEM_CHECKS=["cron_celery.E007"]):
+            checks.refuse_to_start("worker")  # returns: the operator chose to run with it
+    checks.refuse_to_start("worker")  # the test settings are clean

@@ -145,7 +145,9 @@ def test_the_soft_time_limit_is_recorded_timed_out_and_retried_by_the_policy(sta
     assert row.status == Status.TIMED_OUT and row.error_code == "TIME_LIMIT" and row.retry_count == 1
     assert attempt_log(row) == [(Status.TIMED_OUT, "TIME_LIMIT")] * 2
     (_, first), (_, second) = stamps(marker, "soft-limited")
-    assert second - first >= 1 + 1  # one second of limit, then one of backoff
+    # One second of limit, then one of backoff. The pool's limit timer starts as the child
+    # receives the task, a few milliseconds before the body stamps: allow for that.
+    assert second - first >= 1 + 1 - 0.1
 
 
 def test_the_hard_time_limit_kill_is_recorded_by_the_parent_and_the_next_slot_runs(started, broker, marker):
