@@ -93,8 +93,28 @@ def checkin_finished(job: registry.Job, check_in_id: str, ok: bool, duration: fl
         logger.exception("could not send the Sentry check-in of %s", job.name)
 
 
+#: The options of ``NOTIFICATIONS["sentry"]``, each with the rule its value must meet.
+OPTION_RULES: dict[str, tuple[str, Any]] = {
+    "crons": ("True or False", lambda value: isinstance(value, bool)),
+    "checkin_margin": ("a whole number of minutes, at least 1",
+                       lambda value: isinstance(value, int) and not isinstance(value, bool) and value >= 1),
+    "recovery_threshold": ("a whole number, at least 1",
+                           lambda value: isinstance(value, int) and not isinstance(value, bool) and value >= 1),
+    "max_runtime_per_attempt": ("a number of seconds above 0",
+                                lambda value: isinstance(value, int | float) and not isinstance(value, bool)
+                                and value > 0),
+}
+
+
 class SentryChannel(Channel):
     """Error events: one per final failure, tagged and grouped per job and error code."""
+
+    def problems(self) -> list[str]:
+        found = [f"unknown option {key!r} (known: {', '.join(OPTION_RULES)})"
+                 for key in sorted(self.options) if key not in OPTION_RULES]
+        found += [f"option {key!r} must be {rule}, not {self.options[key]!r}"
+                  for key, (rule, good) in OPTION_RULES.items() if key in self.options and not good(self.options[key])]
+        return found + super().problems()
 
     def send(self, message: Message, timeout: float) -> None:
         if not active():

@@ -787,6 +787,23 @@ def test_check_notifications_reports_bad_channels_as_e011_and_a_bad_admin_url_as
         assert checks.check_notifications() == []
 
 
+def test_check_notifications_refuses_bad_sentry_options_as_e011():
+    bad = {"on_failure": ["sentry"], "sentry": {"crons": "yes", "checkin_margin": 0, "recovery_threshold": 2,
+                                                 "max_runtime_per_attempt": "1h", "checkin_margins": 5}}
+    with override_settings(CRON_CELERY={"NOTIFICATIONS": bad}):
+        found = checks.check_notifications(None)
+    assert {message.id for message in found} == {"cron_celery.E011"}
+    text = " ".join(message.msg for message in found)
+    assert "unknown option 'checkin_margins'" in text
+    assert "'crons' must be True or False, not 'yes'" in text
+    assert "'checkin_margin' must be a whole number of minutes, at least 1, not 0" in text
+    assert "'max_runtime_per_attempt' must be a number of seconds above 0, not '1h'" in text
+    assert "'recovery_threshold' must" not in text  # 2 is fine
+    good = {"on_failure": ["sentry"], "sentry": {"crons": False, "checkin_margin": 5, "max_runtime_per_attempt": 90.5}}
+    with override_settings(CRON_CELERY={"NOTIFICATIONS": good}):
+        assert checks.check_notifications(None) == []
+
+
 def test_a_custom_channel_by_dotted_path_or_short_name_is_used_by_deliver():
     MyChannel.sent.clear()
     job, job_id = make_job(notify={"on_failure": ["tests.test_alerts.MyChannel", "pager"]})
