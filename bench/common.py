@@ -76,13 +76,14 @@ def broker_client() -> tuple[str, Any]:
     return url, client
 
 
-def run(main: Callable[[], int]) -> None:
-    """Run a benchmark's ``main``; Ctrl-C or SIGTERM and BenchError end it with a message."""
+def run(main: Callable[[], int], *, what: str = "benchmark failed", after: str = "") -> None:
+    """Run a benchmark's ``main``; Ctrl-C or SIGTERM and BenchError end it with a message
+    (``after`` is added to it)."""
     try:
         sys.exit(main())
     except KeyboardInterrupt as interrupted:  # the script's own finally blocks have cleaned up
-        print(f"interrupted ({str(interrupted) or 'Ctrl-C'})", file=sys.stderr)
+        print(f"interrupted ({str(interrupted) or 'Ctrl-C'}){after}", file=sys.stderr)
         sys.exit(130)
     except BenchError as exc:
-        print(f"benchmark failed: {exc}", file=sys.stderr)
+        print(f"{what}: {exc}{after}", file=sys.stderr)
         sys.exit(1)

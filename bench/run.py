@@ -1,6 +1,6 @@
 """Runs the benchmarks one after the other, then writes docs/benchmarks.md from their results.
 
-    ./scripts/bench                                  # everything, full size (about twenty minutes)
+    ./scripts/bench                                  # everything, full size (10 to 20 minutes; longer the first time)
     ./scripts/bench --quick                          # small sizes: a few minutes, to check the pipeline
     ./scripts/bench --only locks --results DIR       # run one again into an earlier run's results
     ./scripts/bench --from-results DIR               # render the page only, from existing results
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import page
-from bench.common import ROOT, BenchError, log
+from bench.common import ROOT, BenchError, log, run, stop_on_sigterm
 
 #: Databases the benchmarks must never use: the test suite's and the demo's.
 FORBIDDEN_DATABASES = ("cron_celery", "cron_celery_demo")
@@ -122,8 +122,11 @@ def write_manifest(directory: Path, manifest: dict[str, Any]) -> None:
 def run_benchmark(benchmark: Benchmark, options: tuple[str, ...], directory: Path) -> float:
     """Run one benchmark's script to completion; returns its wall time in seconds."""
     result = directory / f"{benchmark.name}.json"
-    result.unlink(missing_ok=True)  # a stale file must not pass for this run's
-    cmd = [sys.executable, benchmark.script, *options, "--json", str(result)]
+    # Written beside the result and moved over it only on success: a failed re-run keeps the
+    # earlier result, and a stale file never passes for this run's.
+    fresh = directory / f"{benchmark.name}.json.new"
+    fresh.unlink(missing_ok=True)
+    cmd = [sys.executable, benchmark.script, *options, "--json", str(fresh)]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     log(f"\n== {benchmark.name}: {shlex.join([benchmark.script, *options])}")
     started = time.monotonic()
@@ -146,8 +149,9 @@ def run_benchmark(benchmark: Benchmark, options: tuple[str, ...], directory: Pat
     if status != 0:
         raise BenchError(f"{benchmark.script} failed with exit status {status} "
                          f"(its output: {directory / f'{benchmark.name}.log'})")
-    if not result.exists():
-        raise BenchError(f"{benchmark.script} ended without writing {result}")
+    if not fresh.exists():
+        raise BenchError(f"{benchmark.script} ended without writing {fresh}")
+    fresh.replace(result)
     log(f"== {benchmark.name} done in {seconds:.0f} s")
     return seconds
 
@@ -256,16 +260,5 @@ def main(argv: list[str] | None = None) -> int:
 
 def entry() -> None:
     """``python -m bench``: a failure, Ctrl-C or SIGTERM ends with a message and a non-zero status."""
-
-    def on_term(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    signal.signal(signal.SIGTERM, on_term)
-    try:
-        sys.exit(main())
-    except KeyboardInterrupt as interrupted:
-        print(f"interrupted ({str(interrupted) or 'Ctrl-C'}); the page was not written", file=sys.stderr)
-        sys.exit(130)
-    except BenchError as exc:
-        print(f"bench: {exc}; the page was not written", file=sys.stderr)
-        sys.exit(1)
+    stop_on_sigterm()
+    run(main, what="bench", after="; the page was not written")

@@ -19,6 +19,7 @@ from django.contrib.admin.views.main import ChangeList
 from django.core.paginator import Paginator
 from django.db import connection
 from django.db.models import QuerySet
+from django.db.models.functions import Now
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
@@ -31,7 +32,14 @@ from cron_celery import alerts, backfill, dashboard, exceptions, models, outcome
 S = models.Status
 
 
-class ReadOnly(admin.ModelAdmin):  # type: ignore[type-arg]
+class Operated:
+    """Admin actions marked ``permissions=["operate"]`` need ``models.OPERATE_PERMISSION``."""
+
+    def has_operate_permission(self, request: HttpRequest) -> bool:
+        return bool(request.user.has_perm(models.OPERATE_PERMISSION))
+
+
+class ReadOnly(Operated, admin.ModelAdmin):  # type: ignore[type-arg]
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
@@ -137,7 +145,7 @@ class CronJobAdmin(ReadOnly):
     def last_runs(self, job: Any) -> SafeString:
         return dashboard.chart(getattr(job, "recent", None))
 
-    @admin.action(description="Run now (send to the workers)")
+    @admin.action(description="Run now (send to the workers)", permissions=["operate"])
     def run_now(self, request: HttpRequest, queryset: QuerySet[models.CronJob]) -> None:
         for job in queryset:
             declared = _declared_or_say(self, request, job)
@@ -151,11 +159,11 @@ class CronJobAdmin(ReadOnly):
                 continue
             self.message_user(request, f"{job.name}: sent (execution {sent.execution_id}).", messages.SUCCESS)
 
-    @admin.action(description="Pause")
+    @admin.action(description="Pause", permissions=["operate"])
     def pause(self, request: HttpRequest, queryset: QuerySet[models.CronJob]) -> None:
         self._set_paused(request, queryset, True)
 
-    @admin.action(description="Resume")
+    @admin.action(description="Resume", permissions=["operate"])
     def resume(self, request: HttpRequest, queryset: QuerySet[models.CronJob]) -> None:
         self._set_paused(request, queryset, False)
 
@@ -170,7 +178,7 @@ class CronJobAdmin(ReadOnly):
         verb = "paused" if paused else "resumed"
         self.message_user(request, f"{queryset.count()} job(s) {verb}.", messages.SUCCESS)
 
-    @admin.action(description="Backfill a date range…")
+    @admin.action(description="Backfill a date range…", permissions=["operate"])
     def backfill_range(self, request: HttpRequest, queryset: QuerySet[models.CronJob]) -> HttpResponse | None:
         form = BackfillForm(request.POST if "apply" in request.POST else None)
         if "apply" in request.POST and form.is_valid():
@@ -324,7 +332,7 @@ class CronExecutionAdmin(ReadOnly):
                            "<th>worker / pid</th><th>fence</th><th>error code</th><th>message</th></tr></thead>"
                            "<tbody>{}</tbody></table>", rows)
 
-    @admin.action(description="Re-run the selected slots (forced)")
+    @admin.action(description="Re-run the selected slots (forced)", permissions=["operate"])
     def rerun(self, request: HttpRequest, queryset: QuerySet[models.CronExecution]) -> None:
         for row in queryset.select_related("job"):
             declared = _declared_or_say(self, request, row.job)
@@ -338,7 +346,7 @@ class CronExecutionAdmin(ReadOnly):
             self.message_user(request, f"{row.task_name} {row.slot:%Y-%m-%d %H:%M}: sent again "
                                        f"(execution {sent.execution_id}).", messages.SUCCESS)
 
-    @admin.action(description="Mark stuck executions LOST")
+    @admin.action(description="Mark stuck executions LOST", permissions=["operate"])
     def mark_lost(self, request: HttpRequest, queryset: QuerySet[models.CronExecution]) -> None:
         user = getattr(request.user, "get_username", lambda: "someone")()
         done = 0
@@ -354,9 +362,6 @@ class CronExecutionAdmin(ReadOnly):
         response = StreamingHttpResponse(_csv_rows(queryset), content_type="text/csv; charset=utf-8")
         response["Content-Disposition"] = 'attachment; filename="cron-executions.csv"'
         return response
-
-    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
-        return super().get_actions(request) if request.user.is_staff else {}
 
 
 CSV_FIELDS = ("id", "task_name", "task_code", "slot", "execution_date", "run_number", "status", "trigger",
@@ -394,9 +399,11 @@ class AlertAdmin(ReadOnly):
         colour = colours.get(alert.status, S.PENDING)
         return dashboard.badge(colour, alert.status.lower())
 
-    @admin.action(description="Send again")
+    @admin.action(description="Send again", permissions=["operate"])
     def resend(self, request: HttpRequest, queryset: QuerySet[models.Alert]) -> None:
         ids = list(queryset.values_list("id", flat=True))
-        models.Alert.objects.filter(id__in=ids).update(status=models.AlertStatus.PENDING, last_error="")
+        # A fresh start: all its attempts again, and not "untouched" for the reconciler yet.
+        models.Alert.objects.filter(id__in=ids).update(status=models.AlertStatus.PENDING, last_error="",
+                                                     attempts=0, updated_at=Now())
         alerts.send_soon(ids)
         self.message_user(request, f"{len(ids)} alert(s) queued for delivery.", messages.SUCCESS)

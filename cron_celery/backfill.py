@@ -50,4 +50,12 @@ def plan(job: registry.Job, start: str | dt.date, end: str | dt.date, *, force: 
 
 
 def send(job: registry.Job, planned: Plan) -> list[tasks.Sent]:
-    return [tasks.send_run(job, slot, models.Trigger.BACKFILL, rerun=True) for slot in planned.slots]
+    """Send each planned slot; a failure stops the backfill and says how far it got."""
+    sent: list[tasks.Sent] = []
+    for slot in planned.slots:
+        try:
+            sent.append(tasks.send_run(job, slot, models.Trigger.BACKFILL, rerun=True))
+        except exceptions.CronCeleryError as error:
+            raise exceptions.BackfillInterrupted(str(error), sent=len(sent), total=len(planned.slots),
+                                                 slot=schedules.iso(slot)) from error
+    return sent

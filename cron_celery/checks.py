@@ -1,8 +1,8 @@
 """Django system checks with stable ids (``cron_celery.E001`` ...), run at start-up.
 
 Management commands stop on an error as usual. Celery's Django fixup runs the checks too but
-ignores what they find, so ``connect()`` makes workers and beats refuse to start on an error
-of ours: a worker whose lock outlives its lease, or a beat with a broken reconciler setting,
+ignores what they find, so workers (``connect()``) and beats (``beat.Scheduler``) refuse to
+start on an error of ours: a worker whose lock outlives its lease, or a beat with a broken reconciler setting,
 would otherwise run and quietly break the guarantees. ``SILENCED_SYSTEM_CHECKS`` still
 silences an id, as it does for Django.
 """
@@ -25,8 +25,9 @@ logger = logging.getLogger(__name__)
 def connect() -> None:
     from celery import signals
 
+    # The beat's check is in cron_celery.beat.Scheduler.__init__: Celery builds the scheduler,
+    # which syncs the schedules, before it sends beat_init.
     signals.worker_init.connect(_worker_init, weak=False, dispatch_uid="cron_celery.checks.worker")
-    signals.beat_init.connect(_beat_init, weak=False, dispatch_uid="cron_celery.checks.beat")
 
 
 def errors() -> list[checks.CheckMessage]:
@@ -50,10 +51,6 @@ def refuse_to_start(what: str) -> None:
 
 def _worker_init(**_kwargs: Any) -> None:
     refuse_to_start("worker")
-
-
-def _beat_init(**_kwargs: Any) -> None:  # a beat with another scheduler (ours checks earlier)
-    refuse_to_start("beat")
 
 
 def register() -> None:

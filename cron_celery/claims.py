@@ -358,6 +358,9 @@ _ENDED = _closed_attempts("%(status)s", "%(code)s", "%(message)s")
 #: tracked run).
 _FINISHED = _closed_attempts("%(status)s", "%(code)s", "%(message)s", "jsonb_array_length(attempts) > 0")
 _RECLAIMED = _new_attempt("retry_count + (CASE WHEN status = 'RUNNING' THEN 1 ELSE 0 END) + 1", "%(fence)s")
+#: A running attempt a person marks LOST ends in the history too, once there is one.
+_ABANDONED = _closed_attempts("%(status)s", "%(code)s", "%(message)s",
+                              "status = 'RUNNING' AND jsonb_array_length(attempts) > 0")
 _TAKEN_OVER = _closed_attempts("'LOST'", "'LEASE_EXPIRED'", "'taken over after its lease expired'",
                                "status = 'RUNNING'")
 
@@ -775,7 +778,8 @@ def close_unstarted(*, job_id: int, execution_id: int, status: str, error_code: 
             e AS (
                 UPDATE {EXE} SET status = %(status)s, completed = true,
                     success = CASE WHEN %(status)s = 'MISSED' THEN NULL ELSE false END,
-                    ended = now(), lease_until = NULL, error_code = %(code)s, message = %(message)s
+                    ended = now(), lease_until = NULL, error_code = %(code)s, message = %(message)s,
+                    attempts = {_ABANDONED}
                 FROM j
                 WHERE {EXE}.id = %(id)s AND {EXE}.job_id = j.id AND {EXE}.status = ANY(%(open)s)
                 RETURNING {EXE}.job_id

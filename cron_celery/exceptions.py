@@ -75,5 +75,10 @@ class UnknownChannel(CronCeleryError):
     defined under NOTIFICATIONS['channels'], or a dotted path to a Channel class."""
 
 
+class BackfillInterrupted(CronCeleryError):
+    """The backfill stopped after sending {sent} of {total} slots (the first not sent: {slot}); run it
+    again to send the rest (slots already sent are skipped unless --force):"""
+
+
 class PublishFailed(CronCeleryError):
     """could not be sent to the broker; nothing will run (the execution is closed FAILED, PUBLISH_FAILED)."""

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import os
-import socket
 from typing import Any
 
 from django.db import connection
@@ -20,7 +18,6 @@ from cron_celery import conf, models
 
 JOB = models.CronJob._meta.db_table
 BEAT = models.BeatHeartbeat._meta.db_table  # its column "leading" is a reserved word in SQL: always quoted
-IDENTITY = f"{socket.gethostname()}:{os.getpid()}"
 #: Most overdue jobs named in a report.
 OVERDUE_SHOWN = 50
 

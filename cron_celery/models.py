@@ -91,6 +91,12 @@ class Overlap(models.TextChoices):
     ALLOW = "allow", "Allow"  # executions of different slots may run side by side
 
 
+#: Who may act on jobs — run now, pause, resume, backfill, re-run, mark LOST, send alerts
+#: again (admin actions) and POST the run endpoint with a session: Django's "Can change cron
+#: job" permission. Viewing needs only staff status; superusers have every permission.
+OPERATE_PERMISSION = "cron_celery.change_cronjob"
+
+
 class CronJob(models.Model):
     """A registered job. Declared in code; the row holds its live state and its fence."""
 

@@ -71,24 +71,37 @@ def in_effect(job: registry.Job) -> registry.Job:
     return schedule_sync.in_effect(job)
 
 
+#: The monitor configuration sent with each open check-in, by check-in id, so that its
+#: closing check-in repeats it without reading the job's schedule again (one query per run,
+#: not two). Left behind only by a check-in closed in another process (a killed child's).
+_open_configs: dict[str, dict[str, Any]] = {}
+
+
 def checkin_started(job: registry.Job) -> str:
     """Send ``in_progress``; returns the check-in id ("" when Sentry is off)."""
     if not crons_enabled(job):
         return ""
     try:
-        return capture_checkin(monitor_slug=job.name, status="in_progress",
-                               monitor_config=monitor_config(in_effect(job))) or ""  # type: ignore[arg-type]
+        config = monitor_config(in_effect(job))
+        check_in_id = capture_checkin(monitor_slug=job.name, status="in_progress",
+                                      monitor_config=config) or ""  # type: ignore[arg-type]
     except Exception:  # monitoring must never break a run
         logger.exception("could not send the Sentry check-in of %s", job.name)
         return ""
+    if len(_open_configs) >= 1000:
+        _open_configs.clear()
+    if check_in_id:
+        _open_configs[check_in_id] = config
+    return check_in_id
 
 
 def checkin_finished(job: registry.Job, check_in_id: str, ok: bool, duration: float | None) -> None:
     if not check_in_id or not crons_enabled(job):
         return
     try:
+        config = _open_configs.pop(check_in_id, None) or monitor_config(in_effect(job))
         capture_checkin(monitor_slug=job.name, check_in_id=check_in_id, status="ok" if ok else "error",
-                        duration=duration, monitor_config=monitor_config(in_effect(job)))  # type: ignore[arg-type]
+                        duration=duration, monitor_config=config)  # type: ignore[arg-type]
     except Exception:
         logger.exception("could not send the Sentry check-in of %s", job.name)
 

@@ -137,7 +137,10 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
 @protected
 def run(request: HttpRequest, job: str) -> HttpResponse:
     """Send one run of a job to the workers (trigger ENQUEUE). Form or JSON fields, all
-    optional: ``date`` (its first slot that day), ``at`` (an exact slot), ``force``, ``rerun``."""
+    optional: ``date`` (its first slot that day), ``at`` (an exact slot), ``force``, ``rerun``.
+    A session needs ``models.OPERATE_PERMISSION``; the Bearer token may always."""
+    if not getattr(request, "cron_token", False) and not request.user.has_perm(models.OPERATE_PERMISSION):
+        return JsonResponse({"error": f"the permission {models.OPERATE_PERMISSION} is needed"}, status=403)
     try:
         declared = registry.get(job)
     except exceptions.UnknownJob as error:

@@ -8,6 +8,7 @@ import datetime as dt
 import io
 
 import pytest
+from django.contrib.auth.models import Permission
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django_celery_beat.models import PeriodicTask
@@ -139,6 +140,22 @@ def test_history_actions_rerun_mark_lost_and_export_csv(admin_client):
     assert {int(line[0]) for line in table[1:]} == set(finished)
 
 
+def test_marking_a_retried_running_execution_lost_ends_its_attempt_in_the_history(admin_client):
+    job_id = runs.job_id(jobs.calc_commission.job)
+    history(job_id, 1)
+    execution = CronExecution.objects.get(job_id=job_id)
+    attempts = [{"attempt": 1, "started": "2026-11-29T01:00:00+00:00", "ended": "2026-11-29T01:00:05+00:00",
+                 "status": "FAILED", "error_code": "JOB_ERROR"},
+                {"attempt": 2, "started": "2026-11-29T01:00:10+00:00", "worker": "w", "pid": 7, "fence": 2}]
+    CronExecution.objects.filter(id=execution.id).update(status=Status.RUNNING, completed=False, success=None,
+                                                         retry_count=1, attempts=attempts)
+    admin_client.post(HISTORY, {"action": "mark_lost", "_selected_action": [execution.id]})
+    row = CronExecution.objects.get(id=execution.id)
+    assert row.status == Status.LOST
+    assert [entry.get("status") for entry in row.attempts] == ["FAILED", "LOST"]
+    assert row.attempts[1]["ended"] and row.attempts[1]["error_code"] == row.error_code
+
+
 def test_alerts_can_be_sent_again(admin_client):
     job_id = runs.job_id(jobs.calc_commission.job)
     history(job_id, 1, Status.FAILED)
@@ -150,6 +167,27 @@ def test_alerts_can_be_sent_again(admin_client):
     assert "1 alert(s) queued" in response.content.decode()
     alert.refresh_from_db()
     assert (alert.status, alert.last_error) == (AlertStatus.PENDING, "")
+    assert alert.attempts == 0  # every attempt again, not one last try
+
+
+def test_a_staff_user_who_may_only_view_sees_the_jobs_but_cannot_act_on_them(client, django_user_model):
+    job_id = runs.job_id(jobs.calc_commission.job)
+    viewer = django_user_model.objects.create_user("viewer", password="pw-not-used", is_staff=True)
+    viewer.user_permissions.add(*Permission.objects.filter(
+        content_type__app_label="cron_celery", codename__in=["view_cronjob", "view_cronexecution", "view_alert"]))
+    client.force_login(viewer)
+    page = client.get(DASHBOARD)
+    assert page.status_code == 200 and "calc-commission" in page.content.decode()
+    assert 'value="run_now"' not in page.content.decode() and 'value="pause"' not in page.content.decode()
+    assert 'value="export_csv"' in client.get(HISTORY).content.decode()  # reading stays allowed
+    client.post(DASHBOARD, {"action": "run_now", "_selected_action": [job_id]})
+    assert not CronExecution.objects.filter(job_id=job_id).exists()
+    viewer.user_permissions.add(Permission.objects.get(content_type__app_label="cron_celery",
+                                                       codename="change_cronjob"))
+    client.force_login(django_user_model.objects.get(id=viewer.id))  # permissions are cached per user object
+    assert 'value="run_now"' in client.get(DASHBOARD).content.decode()
+    client.post(DASHBOARD, {"action": "run_now", "_selected_action": [job_id]})
+    assert CronExecution.objects.filter(job_id=job_id, trigger=Trigger.ADMIN).count() == 1
 
 
 def test_the_admin_is_read_only(admin_client):

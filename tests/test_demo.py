@@ -14,7 +14,9 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import psycopg
 import pytest
@@ -26,12 +28,13 @@ DEMO = ROOT / "scripts" / "demo"
 DATABASE = "cron_celery_demo_test"
 
 
-def demo_env() -> dict[str, str]:
+def demo_env(logs: Path) -> dict[str, str]:
     db: dict[str, Any] = settings.DATABASES["default"]
-    auth = db["USER"] + (f":{db['PASSWORD']}" if db.get("PASSWORD") else "")
+    auth = quote(db["USER"], safe="") + (f":{quote(db['PASSWORD'], safe='')}" if db.get("PASSWORD") else "")
     env = {key: value for key, value in os.environ.items() if not key.startswith(("CRON_", "DJANGO_"))}
     env.update(
         DATABASE_URL=f"postgres://{auth}@{db['HOST']}:{db['PORT']}/{DATABASE}",
+        DEMO_LOGS=str(logs),  # not the checkout's .demo, which may hold a person's own run
         CELERY_TASK_DEFAULT_QUEUE=f"cron-celery-demo-test-{os.getpid()}",
         DEMO_VENV=sys.prefix,  # the demo runs on this test run's Python and Django
         PYTHONPATH="",
@@ -76,8 +79,9 @@ def _no_stray_processes() -> Any:
             proc.wait(timeout=60)
 
 
-def test_the_demo_runs_two_beats_for_a_minute_and_leaves_nothing_behind(_no_stray_processes: list[Any]):
-    proc = subprocess.Popen(["bash", str(DEMO)], cwd=ROOT, env=demo_env(), stdout=subprocess.PIPE,
+def test_the_demo_runs_two_beats_for_a_minute_and_leaves_nothing_behind(_no_stray_processes: list[Any],
+                                                                        tmp_path: Path):
+    proc = subprocess.Popen(["bash", str(DEMO)], cwd=ROOT, env=demo_env(tmp_path), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     _no_stray_processes.append(proc)
     output, _ = proc.communicate(timeout=600)
@@ -107,14 +111,14 @@ def test_the_demo_runs_two_beats_for_a_minute_and_leaves_nothing_behind(_no_stra
                        "JOIN cron_celery_cronjob j ON j.id = a.job_id ORDER BY a.id")
     assert alerts == [("sync-partner-api", "FAILED", "email", "SENT"),
                       ("sync-partner-api", "RECOVERED", "email", "SENT")]
-    mail = "\n".join(path.read_text(encoding="utf-8") for path in (ROOT / ".demo" / "mail").iterdir())
+    mail = "\n".join(path.read_text(encoding="utf-8") for path in (tmp_path / "mail").iterdir())
     assert "Subject: [cron] sync-partner-api (S001) failed" in mail
     assert "Subject: [cron] sync-partner-api (S001) recovered" in mail
     assert "To: ops@example.com" in mail
 
 
-def test_ctrl_c_stops_the_demo_and_every_process_it_started(_no_stray_processes: list[Any]):
-    proc = subprocess.Popen(["bash", str(DEMO)], cwd=ROOT, env={**demo_env(), "DEMO_SECONDS": "600"},
+def test_ctrl_c_stops_the_demo_and_every_process_it_started(_no_stray_processes: list[Any], tmp_path: Path):
+    proc = subprocess.Popen(["bash", str(DEMO)], cwd=ROOT, env={**demo_env(tmp_path), "DEMO_SECONDS": "600"},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     _no_stray_processes.append(proc)
     assert proc.stdout is not None

@@ -139,6 +139,17 @@ def test_a_logged_in_user_who_is_not_staff_gets_403_and_no_data(client, django_u
     assert CronExecution.objects.count() == 1
 
 
+def test_a_staff_session_without_the_change_permission_may_read_but_not_run(client, django_user_model, queue):
+    job, _job_id = make_job()
+    staff = django_user_model.objects.create_user("ops-staff", password="pw-not-used", is_staff=True)
+    client.force_login(staff)
+    assert client.get("/cron/status/").status_code == 200
+    refused = client.post(f"/cron/run/{job.name}/")
+    assert refused.status_code == 403
+    assert refused.json() == {"error": "the permission cron_celery.change_cronjob is needed"}
+    assert not CronExecution.objects.filter(task_name=job.name).exists()
+
+
 @pytest.mark.parametrize(("method", "url", "expected"), PERMITTED)
 def test_a_staff_session_is_let_in(admin_client, queue, method, url, expected):
     response = call(admin_client, method, url)

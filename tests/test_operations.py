@@ -12,7 +12,8 @@ from typing import Any
 
 import psycopg
 import pytest
-from celery import current_app
+from celery import Celery, current_app
+from celery._state import get_current_app
 from django.conf import settings
 from django.db import connection
 from django.test import override_settings
@@ -230,6 +231,27 @@ def test_backfill_leaves_out_slots_that_ran_or_run_unless_forced():
     assert planned.done == [utc(2026, 1, 11, 1), utc(2026, 1, 12, 1)]
     forced = backfill.plan(job, "2026-01-10", "2026-01-13", force=True)
     assert (len(forced.slots), forced.done) == (4, [])
+
+
+@pytest.mark.django_db
+def test_a_backfill_the_broker_refuses_stops_and_says_how_far_it_got():
+    job = registry.get("nightly-report")
+    planned = backfill.plan(job, "2026-01-10", "2026-01-12")
+    working = get_current_app()
+    broken = Celery("broker-down", broker="redis://127.0.0.1:1/0", set_as_current=False)
+    broken.set_current()
+    try:
+        with pytest.raises(exceptions.BackfillInterrupted) as caught:
+            backfill.send(job, planned)
+    finally:
+        working.set_current()
+        broken.close()
+    message = str(caught.value)
+    assert message.startswith("The backfill stopped after sending 0 of 3 slots (the first not sent: "
+                              "2026-01-10T01:00:00Z)")
+    assert "could not be sent to the broker" in message
+    assert list(CronExecution.objects.filter(job__name=job.name).values_list("error_code", flat=True)) == [
+        "PUBLISH_FAILED"]  # the one it tried is closed; the others were never written
 
 
 @pytest.mark.django_db

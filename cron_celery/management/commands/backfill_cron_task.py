@@ -38,7 +38,10 @@ class Command(BaseCommand):
                 self.stdout.write(f"{job.name} {_show(slot)}")
             self.stdout.write(f"Would send {len(plan.slots)} slots of {job.name}{skipped} (dry run).")
             return
-        sent = backfill.send(job, plan)
+        try:
+            sent = backfill.send(job, plan)
+        except exceptions.CronCeleryError as error:
+            raise CommandError(str(error)) from None
         self.stdout.write(self.style.SUCCESS(f"Sent {len(sent)} slots of {job.name} to the workers{skipped}."))
 
 

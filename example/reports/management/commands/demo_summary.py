@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import email
 import email.policy
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,15 +16,7 @@ from django.db.models import Count
 
 from cron_celery.models import Alert, AlertStatus, BeatHeartbeat, CronExecution, Event, Status, Trigger
 
-UNFINISHED = (Status.PENDING, Status.RUNNING, Status.RETRYING)
-
-
-def table(rows: Sequence[Sequence[str]]) -> list[str]:
-    """Aligned columns, the first row a header underlined with dashes."""
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows]
-    lines.insert(1, "  ".join("-" * width for width in widths))
-    return lines
+from ...tables import table
 
 
 def mails(directory: Path) -> list[email.message.EmailMessage]:
@@ -85,7 +76,7 @@ class Command(BaseCommand):
 
     def problems(self, alerts: list[Alert], mailed: int | None) -> list[str]:
         found: list[str] = []
-        if unfinished := CronExecution.objects.filter(status__in=UNFINISHED).count():
+        if unfinished := CronExecution.objects.exclude(status__in=Status.terminal()).count():
             found.append(f"{unfinished} executions are still pending, running or retrying")
         twice = (CronExecution.objects.filter(trigger=Trigger.BEAT).values("job", "slot")
                  .annotate(runs=Count("id")).filter(runs__gt=1))

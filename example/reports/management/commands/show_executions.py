@@ -6,9 +6,11 @@ import datetime as dt
 import zoneinfo
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import BaseCommand, CommandParser
 
 from cron_celery.models import CronExecution
+
+from ...tables import table
 
 HEADER = ("JOB", "SLOT", "RUN", "TRIES", "STATUS", "TRIGGER", "SKIP REASON", "DURATION", "MESSAGE")
 
@@ -32,10 +34,6 @@ class Command(BaseCommand):
         parser.add_argument("--job", help="only this job (name)")
         parser.add_argument("--limit", type=int, default=50, help="the latest N executions (default 50)")
         parser.add_argument("--width", type=int, default=60, help="width of the message column")
-        parser.add_argument(
-            "--expect", action="append", default=[], metavar="JOB=STATUS,STATUS",
-            help="fail unless JOB's executions, by run number, have these statuses (repeatable)",
-        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         found = CronExecution.objects.select_related("job").order_by("-id")
@@ -46,11 +44,6 @@ class Command(BaseCommand):
             self.stdout.write("No executions recorded yet.")
         else:
             self._table(executions, options["width"])
-        problems = [problem for spec in options["expect"] if (problem := self._check(spec))]
-        if problems:
-            raise CommandError("unexpected outcome: " + "; ".join(problems))
-        if options["expect"]:
-            self.stdout.write(self.style.SUCCESS("All executions ended as expected."))
 
     def _table(self, executions: list[CronExecution], width: int) -> None:
         rows: list[tuple[str, ...]] = [HEADER]
@@ -70,21 +63,5 @@ class Command(BaseCommand):
                 _duration(execution.duration),
                 _shorten(message, width),
             ))
-        widths = [max(len(row[i]) for row in rows) for i in range(len(HEADER))]
-        for index, row in enumerate(rows):
-            line = "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip()
+        for line in table(rows):
             self.stdout.write(line)
-            if index == 0:
-                self.stdout.write("  ".join("-" * w for w in widths))
-
-    def _check(self, spec: str) -> str:
-        job, _, statuses = spec.partition("=")
-        wanted = [status.strip().upper() for status in statuses.split(",") if status.strip()]
-        got = list(
-            CronExecution.objects.filter(task_name=job.strip())
-            .order_by("slot", "run_number")
-            .values_list("status", flat=True)
-        )
-        if got != wanted:
-            return f"{job}: expected {','.join(wanted) or 'no executions'}, got {','.join(got) or 'none'}"
-        return ""
