@@ -17,7 +17,7 @@ from django.db.models.expressions import RawSQL
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
-from cron_celery import models
+from cron_celery import models, schedules
 
 S = models.Status
 EXE = models.CronExecution._meta.db_table
@@ -98,7 +98,7 @@ def describe(expression: str) -> str:
         return "no schedule"
     found = re.fullmatch(r"every (\d+)s", expression)
     if found:
-        return _every(int(found.group(1)))
+        return str(schedules.Interval(int(found.group(1))))
     fields = expression.split()
     if len(fields) != 5:
         return expression
@@ -118,11 +118,3 @@ def describe(expression: str) -> str:
         if dom.isdigit() and (month, dow) == ("*", "*"):
             return f"monthly on day {int(dom)} at {at}"
     return f"cron {expression}"
-
-
-def _every(seconds: int) -> str:
-    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
-        if seconds % size == 0:
-            count = seconds // size
-            return f"every {unit}" if count == 1 else f"every {count} {unit}s"
-    return "every second" if seconds == 1 else f"every {seconds} seconds"

@@ -6,6 +6,7 @@ code matters run as real ``python -m django`` processes (``tests.conftest.manage
 from __future__ import annotations
 
 import datetime as dt
+import io
 import tracemalloc
 from collections.abc import Iterator
 from typing import Any
@@ -15,6 +16,7 @@ import pytest
 from celery import Celery, current_app
 from celery._state import get_current_app
 from django.conf import settings
+from django.core.management import call_command
 from django.db import connection
 from django.test import override_settings
 from django.utils import timezone
@@ -146,6 +148,16 @@ def test_statuses_refuses_open_and_unknown_statuses_and_normalises_the_rest():
 
 
 # --- 7. purge_cron_executions ------------------------------------------------------------------
+
+@pytest.mark.django_db
+def test_purge_command_without_status_deletes_the_retention_statuses():
+    job, job_id = make_job()
+    insert(job, job_id, 30, first=OLD, step="1 hour")  # 5 of each of SIX (no LOST among them)
+    out = io.StringIO()
+    with override_settings(CRON_CELERY={"RETENTION_STATUSES": ["SUCCEEDED", "FAILED", "LOST"]}):
+        call_command("purge_cron_executions", "--days", "30", "--dry-run", stdout=out)
+    assert out.getvalue().startswith("Would delete 10 SUCCEEDED, FAILED, LOST executions with a slot before ")
+
 
 @pytest.mark.django_db(transaction=True)
 def test_purge_command_dry_run_counts_and_a_real_run_deletes():

@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
-from cron_celery import retention
+from cron_celery import conf, retention
 
 
 class Command(BaseCommand):
@@ -19,8 +19,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--days", type=int, required=True, help="keep this many days of history")
-        parser.add_argument("--status", default="SUCCEEDED,SKIPPED",
-                            help="comma-separated statuses to delete (default: SUCCEEDED,SKIPPED)")
+        parser.add_argument("--status", default=None,
+                            help="comma-separated statuses to delete (default: the RETENTION_STATUSES setting, "
+                                 "SUCCEEDED,SKIPPED unless changed)")
         parser.add_argument("--batch-size", type=int, default=1000, help="rows per DELETE (default 1000)")
         parser.add_argument("--dry-run", action="store_true", help="count what would be deleted; delete nothing")
 
@@ -28,7 +29,7 @@ class Command(BaseCommand):
         if options["days"] < 0 or options["batch_size"] < 1:
             raise CommandError("--days must be 0 or more and --batch-size at least 1.")
         try:
-            wanted = retention.statuses(options["status"])
+            wanted = retention.statuses(options["status"] or conf.settings.RETENTION_STATUSES)
         except ValueError as error:
             raise CommandError(f"--status: {error}.") from None
         before = timezone.now() - dt.timedelta(days=options["days"])
