@@ -66,7 +66,8 @@ TEMPLATES = [
 
 # One queue per test session (inherited by worker subprocesses through the environment),
 # so the suite never consumes or leaves messages in anybody else's queues.
-CELERY_BROKER_URL = REDIS_URL
+# A fault test may point its workers at another broker (RabbitMQ) while locks stay on Redis.
+CELERY_BROKER_URL = os.environ.get("CRON_TEST_BROKER_URL") or REDIS_URL
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_DEFAULT_QUEUE = os.environ.setdefault(
     "CRON_CELERY_TEST_QUEUE", f"cron-celery-test-{uuid.uuid4().hex[:8]}"

@@ -208,3 +208,16 @@ def commit_then_die(run: Run) -> str:
 def _die_after_commit(sender: object = None, **kwargs: object) -> None:
     if getattr(sender, "name", "") == commit_then_die.name and os.environ.get("CRON_TEST_DIE_AFTER_COMMIT"):
         os.killpg(os.getpgid(0), 9)  # the whole worker: the outcome is committed, the ack never sent
+
+
+# Jobs of the other test modules, grouped by topic (each module declares its own).
+from tests.jobsapp import (  # noqa: E402
+    jobs_buffer,
+    jobs_edits,
+    jobs_leader,
+    jobs_leases,
+    jobs_results,
+    jobs_routing,
+)
+
+__all__ = ["jobs_buffer", "jobs_edits", "jobs_leader", "jobs_leases", "jobs_results", "jobs_routing"]

@@ -1,0 +1,60 @@
+"""Test jobs for buffered slots and the reconciler's backlog (imported by tests/jobsapp/tasks.py)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from cron_celery import Run, cron_task
+from cron_celery.schedules import every
+
+
+def _note(run: Run, label: str) -> None:
+    """A line ``label slot attempt pid start end`` in CRON_TEST_MARKER, written when the body ends."""
+    path = os.environ.get("CRON_TEST_MARKER")
+    if path:
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(f"{label} {run.slot.isoformat()} {run.attempt} {os.getpid()}\n")
+
+
+@cron_task(name="hourly-exclusive", code="W001", schedule=every(hours=1), overlap="skip", catch_up="all")
+def hourly_exclusive(run: Run) -> str:
+    """An hourly overlap-``skip`` job whose body takes CRON_TEST_SLEEP seconds (default 0.2)."""
+    time.sleep(float(os.environ.get("CRON_TEST_SLEEP", "0.2")))
+    _note(run, "hourly-exclusive")
+    return f"slot {run.slot:%H:%M}"
+
+
+@cron_task(name="retry-meets-next", code="W002", overlap="skip", max_retries=1, retry_backoff=2,
+           retry_jitter=False, retry_on=(ConnectionError,))
+def retry_meets_next(run: Run) -> str:
+    """Slot 01:00 fails its first attempt (retried 2 s later); slot 02:00 runs for CRON_TEST_SLEEP seconds;
+    with CRON_TEST_FAIL_ALWAYS every attempt of 01:00 fails."""
+    _note(run, "retry-meets-next-start")
+    if run.slot.hour == 1 and (run.attempt == 1 or os.environ.get("CRON_TEST_FAIL_ALWAYS")):
+        raise ConnectionError(f"partner unreachable (attempt {run.attempt})")
+    if run.slot.hour == 2:
+        time.sleep(float(os.environ.get("CRON_TEST_SLEEP", "4")))
+    _note(run, "retry-meets-next-end")
+    return f"slot {run.slot:%H:%M} attempt {run.attempt}"
+
+
+@cron_task(name="backlog-none", code="W003", pattern="always", overlap="allow", catch_up="none")
+def backlog_none(run: Run) -> str:
+    """Takes CRON_TEST_SLEEP seconds (default 1): a queue of them is a backlog."""
+    time.sleep(float(os.environ.get("CRON_TEST_SLEEP", "1")))
+    _note(run, "backlog-none")
+    return "ok"
+
+
+@cron_task(name="backlog-all", code="W004", pattern="always", overlap="allow", catch_up="all")
+def backlog_all(run: Run) -> str:
+    time.sleep(float(os.environ.get("CRON_TEST_SLEEP", "1")))
+    _note(run, "backlog-all")
+    return "ok"
+
+
+@cron_task(name="delayed-now", code="W005", pattern="standard", overlap="allow")
+def delayed_now(run: Run) -> str:
+    _note(run, "delayed-now")
+    return run.slot.isoformat()
