@@ -10,6 +10,7 @@ __all__ = [
     "ExecutionPattern",
     "JobFailed",
     "LeaseLost",
+    "LockLost",
     "LockUnavailable",
     "Run",
     "TrackedTask",
@@ -20,7 +21,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from cron_celery.exceptions import JobFailed, LeaseLost, LockUnavailable
+    from cron_celery.exceptions import JobFailed, LeaseLost, LockLost, LockUnavailable
     from cron_celery.locks import lock
     from cron_celery.models import ExecutionPattern
     from cron_celery.runs import Run
@@ -30,6 +31,7 @@ _LAZY = {
     "ExecutionPattern": "cron_celery.models",
     "JobFailed": "cron_celery.exceptions",
     "LeaseLost": "cron_celery.exceptions",
+    "LockLost": "cron_celery.exceptions",
     "LockUnavailable": "cron_celery.exceptions",
     "lock": "cron_celery.locks",
     "Run": "cron_celery.runs",

@@ -42,6 +42,13 @@ class LockDegraded(CronCeleryError):
     """The lock {name!r} cannot be taken: no quorum of its Redis masters answers (see LOCK MASTERS)."""
 
 
+class LockLost(CronCeleryError):
+    """The lock {name!r} was lost while held (its key was deleted or taken, or it expired while no quorum of
+    its Redis masters answered for longer than its ttl): another process may hold it now; stop."""
+
+    error_code = "LOCK_LOST"
+
+
 class JobFailed(CronCeleryError):
     """The job reported a failure."""
 

@@ -4,13 +4,21 @@ One daemon thread per process renews every active run's lease each third of the 
 with a fenced ``UPDATE``; when the update matches no row (another worker took the
 execution over, or it was marked lost) the run's ``cancelled`` event is set and the
 process counts a ``fenced`` event. The thread keeps its own database connection.
+
+``cancel_all`` is called from signal handlers (warm shutdown), which run in the main thread
+between two bytecodes, wherever it is: possibly inside ``track`` with the registry's lock
+held, or inside a job's ``run.cancelled.wait()``. So it takes no lock and sets no
+``threading.Event``: it raises a plain flag and writes a byte to the thread's wake-up socket;
+the lease thread then sets the runs' ``cancelled`` events, from its own thread.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
+import socket
 import threading
 import time
 
@@ -33,11 +41,14 @@ class _Active:
     confirmed: float = 0.0
 
 
-_lock = threading.Lock()
+_lock = threading.Lock()  # guards _active; never taken in a signal handler
 _active: dict[int, _Active] = {}
-_wake = threading.Event()
+_start_lock = threading.Lock()  # guards starting the thread
 _thread: threading.Thread | None = None
-_thread_pid: int | None = None
+#: (pid, the thread's end, the end that wakes it); replaced in one assignment after a fork.
+_waker: tuple[int, socket.socket, socket.socket] | None = None
+#: Set by ``cancel_all``: every run of this process, tracked now or later, is told to stop.
+_stop_all = False
 counters = {"fenced": 0, "heartbeat_errors": 0, "lock_lost": 0}
 
 
@@ -50,17 +61,21 @@ def track(
     entry = _Active(execution_id=execution_id, fence=fence, lease_seconds=lease_seconds,
                     cancelled=cancelled, extra=extra, lock=lock, confirmed=now)
     entry.due = now + _period(entry)
+    if _stop_all:
+        cancelled.set()
     with _lock:
         _active[execution_id] = entry
     _ensure_thread()
-    _wake.set()
+    _nudge()
 
 
 def cancel_all() -> None:
-    """Set every active run's ``cancelled`` event (the worker is shutting down)."""
-    with _lock:
-        for entry in _active.values():
-            entry.cancelled.set()
+    """Tell every run of this process to stop: those running and any tracked later (the worker
+    is shutting down). Safe in a signal handler: no lock, no ``Event``; the lease thread sets
+    the runs' ``cancelled`` events at once."""
+    global _stop_all
+    _stop_all = True
+    _nudge()
 
 
 def untrack(execution_id: int) -> None:
@@ -68,27 +83,56 @@ def untrack(execution_id: int) -> None:
         _active.pop(execution_id, None)
 
 
+def _nudge() -> None:
+    """Wake the lease thread; safe in a signal handler (one non-blocking ``send``)."""
+    waker = _waker
+    if waker is None or waker[0] != os.getpid():  # no thread in this process yet: it looks when it starts
+        return
+    with contextlib.suppress(OSError):  # a full socket: the thread is already due to wake
+        waker[2].send(b"\0")
+
+
 def _ensure_thread() -> None:
-    global _thread, _thread_pid
-    with _lock:
-        if _thread is not None and _thread.is_alive() and _thread_pid == os.getpid():
+    global _thread, _waker
+    with _start_lock:
+        if _thread is not None and _thread.is_alive() and _waker is not None and _waker[0] == os.getpid():
             return
-        _thread = threading.Thread(target=_loop, name="cron-celery-leases", daemon=True)
-        _thread_pid = os.getpid()
+        if _waker is not None and _waker[0] != os.getpid():  # the parent's pair, inherited by a fork
+            _waker[1].close()
+            _waker[2].close()
+        receiver, sender = socket.socketpair()
+        sender.setblocking(False)
+        _waker = (os.getpid(), receiver, sender)
+        _thread = threading.Thread(target=_loop, args=(receiver,), name="cron-celery-leases", daemon=True)
         _thread.start()
 
 
-def _loop() -> None:
+def _loop(receiver: socket.socket) -> None:
     while True:
-        with _lock:
-            next_due = min((entry.due for entry in _active.values()), default=None)
-        pause = 1.0 if next_due is None else min(1.0, max(0.02, next_due - time.monotonic()))
-        _wake.wait(pause)
-        _wake.clear()
         try:
+            if _stop_all:
+                _cancel_tracked()
             _tick()
         except Exception:  # the thread must outlive any one failure
             logger.exception("lease thread failed a round; going on")
+        with _lock:
+            next_due = min((entry.due for entry in _active.values()), default=None)
+        pause = 1.0 if next_due is None else min(1.0, max(0.02, next_due - time.monotonic()))
+        _sleep(receiver, pause)
+
+
+def _sleep(receiver: socket.socket, pause: float) -> None:
+    """Wait ``pause`` seconds or until ``_nudge`` (a byte left over only wakes one more round)."""
+    receiver.settimeout(pause)
+    with contextlib.suppress(OSError):  # TimeoutError: nobody nudged
+        receiver.recv(4096)
+
+
+def _cancel_tracked() -> None:
+    with _lock:
+        entries = list(_active.values())
+    for entry in entries:
+        entry.cancelled.set()
 
 
 def _tick() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import random
 import sys
 import threading
 import time
@@ -32,6 +33,8 @@ HELD, BUSY, DEGRADED = "held", "busy", "degraded"
 _clients: dict[str, redis.Redis] = {}
 _clients_lock = threading.Lock()
 _degraded_logged: dict[str, float] = {}
+#: How soon ``lock`` tries a failed renewal again (never later than a third of its TTL).
+_RETRY_SECONDS = 1.0
 
 
 def masters() -> frozenset[redis.Redis]:
@@ -124,24 +127,34 @@ def for_job(job: Any) -> JobLock | None:
 class lock:  # lower-case: used like a function, ``with cron_celery.lock("name"):``
     """Cross-server exclusion for your own code, as a context manager or a decorator::
 
-        with cron_celery.lock("rebuild-search-index", ttl=120):
-            ...
+        with cron_celery.lock("rebuild-search-index", ttl=120) as held:
+            for batch in batches:
+                held.check()  # raises LockLost if the lock was lost meanwhile
+                ...
 
         @cron_celery.lock("nightly-export")
         def export(): ...
 
     Non-blocking by default (``blocking=True`` waits up to ``timeout`` seconds). Raises
     ``LockUnavailable`` when another holder has it, and ``LockDegraded`` when no quorum of
-    Redis masters answers. The lock is renewed every third of ``ttl`` while held.
+    Redis masters answers. The lock is renewed every third of ``ttl`` while held; a renewal
+    that fails (a Redis restart, a network blip) is tried again every second or so until the
+    lock would have expired. Only then, or when Redis says the lock is no longer this holder's
+    (its key was deleted or taken), is it lost: ``lost`` is set, a warning is logged, and
+    ``check()`` raises ``LockLost``.
     """
 
     def __init__(self, name: str, *, ttl: float = 60, blocking: bool = False, timeout: float = -1) -> None:
         if not name:
             raise ValueError("a lock needs a name")
+        if not blocking and timeout != -1:
+            raise ValueError("a timeout needs blocking=True")
         self.name = name
         self.ttl = float(ttl)
         self.blocking = blocking
         self.timeout = timeout
+        #: Set when the lock was lost while held; another process may hold it now.
+        self.lost = threading.Event()
         self._held: Redlock | None = None
         self._stop = threading.Event()
         self._renewer: threading.Thread | None = None
@@ -149,27 +162,69 @@ class lock:  # lower-case: used like a function, ``with cron_celery.lock("name")
     def __enter__(self) -> lock:
         redlock = _redlock(f"{conf.lock_prefix()}:lock:{self.name}", self.ttl)
         try:
-            acquired = redlock.acquire(blocking=self.blocking, timeout=self.timeout)
+            asked = self._take(redlock)
         except QuorumIsImpossible as error:
             raise exceptions.LockDegraded(name=self.name) from error
-        if not acquired:
+        if asked is None:
             raise exceptions.LockUnavailable(name=self.name)
         self._held = redlock
-        self._stop.clear()
-        self._renewer = threading.Thread(target=self._renew, name=f"lock:{self.name}", daemon=True)
+        self._stop = threading.Event()  # one per hold: a previous hold's renewer never sees this one
+        self.lost.clear()
+        self._renewer = threading.Thread(target=self._renew, args=(redlock, self._stop, asked),
+                                         name=f"lock:{self.name}", daemon=True)
         self._renewer.start()
         return self
 
-    def _renew(self) -> None:
-        while not self._stop.wait(self.ttl / 3):
-            held = self._held
-            if held is None:
-                return
+    def _take(self, redlock: Redlock) -> float | None:
+        """Try (again and again if blocking, until ``timeout``); the time just before the attempt
+        that took the lock, from which its TTL runs at the earliest, or None."""
+        deadline = None if self.timeout < 0 else time.monotonic() + self.timeout
+        while True:
+            asked = time.monotonic()
+            if redlock.acquire(blocking=False):
+                return asked
+            if not self.blocking or (deadline is not None and time.monotonic() >= deadline):
+                return None
+            time.sleep(random.uniform(0.05, 0.2))
+
+    def check(self) -> None:
+        """Call it between units of work: raises ``LockLost`` once the lock was lost."""
+        if self.lost.is_set():
+            raise exceptions.LockLost(name=self.name)
+
+    def _renew(self, redlock: Redlock, stop: threading.Event, confirmed: float) -> None:
+        """Extend every third of the TTL. ``confirmed``: a time no later than the last
+        extension that reached a quorum, so the lock lasts at least until ``confirmed + ttl``."""
+        period = self.ttl / 3
+        wait, failures = period, 0
+        while not stop.wait(wait):
+            asked = time.monotonic()
             try:
-                held.extend()
-            except (ExtendUnlockedLock, QuorumIsImpossible, redis.RedisError) as error:
-                logger.warning("lock %s could not be renewed: %s", self.name, error)
+                redlock.extend()
+            except ExtendUnlockedLock:
+                if not stop.is_set():  # not released meanwhile by its holder
+                    self._lose("Redis no longer holds it for this holder")
                 return
+            except (QuorumIsImpossible, TooManyExtensions, redis.RedisError) as error:
+                if stop.is_set():
+                    return
+                left = confirmed + self.ttl - time.monotonic()
+                if left <= 0:
+                    self._lose(f"it expired while it could not be renewed ({type(error).__name__})")
+                    return
+                if not failures:
+                    logger.warning("lock %s could not be renewed (%s); trying again until it would expire in "
+                                   "%.1f s", self.name, type(error).__name__, left)
+                failures += 1
+                wait = min(period, _RETRY_SECONDS, left)
+                continue
+            if failures:
+                logger.warning("lock %s renewed again after %d failed attempts", self.name, failures)
+            confirmed, wait, failures = asked, period, 0
+
+    def _lose(self, why: str) -> None:
+        logger.warning("lock %s was lost while held: %s; its holder is told (lock.lost, check())", self.name, why)
+        self.lost.set()
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None

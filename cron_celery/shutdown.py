@@ -6,6 +6,12 @@ cooperative job checks ``run.shutdown_requested()`` (or calls ``run.check()``, w
 raises ``Interrupted``) and returns or stops. With the prefork pool the jobs run in child
 processes: the parent passes the news on with ``SIGUSR2`` to each child that is running a
 cron job (the children install a handler for it when they start).
+
+All of it runs inside signal handlers (Celery sends ``worker_shutting_down`` from its
+SIGTERM handler), that is in the main thread between two bytecodes, wherever that thread
+is: in a solo worker, inside the job itself. So nothing here takes a lock or sets a
+``threading.Event`` (whose lock the interrupted code may hold): ``requested`` is a plain
+flag, and the lease thread sets the runs' ``cancelled`` events (see ``leases.cancel_all``).
 """
 
 from __future__ import annotations
@@ -13,7 +19,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import threading
 from typing import Any
 
 from celery import signals
@@ -22,13 +27,30 @@ from cron_celery import leases
 
 logger = logging.getLogger(__name__)
 
+
+class Flag:
+    """A flag that only ever goes up, safe to raise in a signal handler: unlike
+    ``threading.Event`` it has no lock (reading and writing one attribute is atomic)."""
+
+    __slots__ = ("_up",)
+
+    def __init__(self) -> None:
+        self._up = False
+
+    def set(self) -> None:
+        self._up = True
+
+    def is_set(self) -> bool:
+        return self._up
+
+
 #: Set once this process was asked to shut down.
-requested = threading.Event()
+requested = Flag()
 SIGNAL = signal.SIGUSR2
 
 
 def request() -> None:
-    """Ask every job running in this process to stop early."""
+    """Ask every job running in this process to stop early. Safe in a signal handler."""
     requested.set()
     leases.cancel_all()
 
