@@ -113,11 +113,12 @@ class CronJobAdmin(ReadOnly):
     @admin.display(description="schedule")
     def schedule_text(self, job: models.CronJob) -> SafeString:
         words = dashboard.describe(job.schedule)
+        problem = dashboard.schedule_problem(job)  # an edit that could not be applied, and why
         if job.periodic_task_id:
             url = reverse("admin:django_celery_beat_periodictask_change", args=[job.periodic_task_id])
-            return format_html('<a href="{}" title="Edit the schedule">{}</a><br><code>{}</code>', url, words,
-                               job.schedule)
-        return format_html("{}<br><code>{}</code>", words, job.schedule or "—")
+            return format_html('<a href="{}" title="Edit the schedule">{}</a><br><code>{}</code>{}', url, words,
+                               job.schedule, problem)
+        return format_html("{}<br><code>{}</code>{}", words, job.schedule or "—", problem)
 
     @admin.display(description="timezone")
     def timezone_shown(self, job: models.CronJob) -> str:

@@ -2,10 +2,12 @@
 
 ``record`` runs in the transaction that writes an execution's final status: it decides
 the event (FAILED, TIMED_OUT, LOST, MISSED, RECOVERED, SUCCEEDED) by the job's alert policy
-and writes one ``Alert`` row per channel (``UNIQUE(execution, event, channel)``). Once that
+and writes one ``Alert`` row per channel (``UNIQUE(execution, event, channel)``; the final
+LOST of an execution whose lost attempt already alerted re-arms that row). Once that
 transaction commits, the ``cron_celery.deliver_alert`` task sends each row, with retries
 and exponential backoff; the reconciler sends again what is still PENDING. Retries never
-alert; a delivery never raises into the job.
+alert; a delivery never raises into the job, and holds no transaction or lock while it
+sends (``deliver``: claim, send, settle).
 
 Policy per job: the first alert of an incident goes out at the ``alert_after``-th failure
 in a row; later failures of the same incident are quiet unless ``alert_repeat`` seconds
@@ -15,6 +17,7 @@ passed since the last alert; the first success after an alerted incident sends R
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import functools
 import logging
 from typing import Any
@@ -102,6 +105,16 @@ def _deliverable(job: registry.Job | None, event: str) -> tuple[str, ...]:
     return names
 
 
+#: The final LOST of an execution whose lost attempt already alerted LOST on a channel: the
+#: same row goes back to PENDING and is sent again (delivery reads the execution, so it says
+#: the execution is now finally LOST). Resetting ``updated_at`` voids a delivery in flight,
+#: whose result then records nothing. Other events never meet an earlier row of their own.
+_REARM_LOST = (
+    "DO UPDATE SET status = 'PENDING', attempts = 0, last_error = '', sent_at = NULL, updated_at = now()"
+    f" WHERE {ALERT}.event = 'LOST'"
+)
+
+
 def record(*, job: registry.Job | None, job_id: int, execution_id: int, status: str, counted: bool,
            lost_attempt: bool = False) -> Recorded:
     """Write the alert rows for this final outcome; call it inside the transaction that
@@ -147,20 +160,23 @@ def record(*, job: registry.Job | None, job_id: int, execution_id: int, status: 
         rows = [(event, name) for event in events for name in wanted.get(event, ())]
         if not rows:
             return Recorded(events=(), alert_ids=(), recovered=recovered)
+        # A lost attempt alerts LOST once per execution (a second lost attempt writes nothing);
+        # the final LOST of that execution finds that row and sends it again, re-armed.
+        on_conflict = "DO NOTHING" if lost_attempt else _REARM_LOST
         cursor.execute(
             f"""
             INSERT INTO {ALERT} (execution_id, job_id, event, channel, status, attempts, last_error)
             SELECT %s, %s, r.event, r.channel, 'PENDING', 0, ''
             FROM unnest(%s::text[], %s::text[]) AS r(event, channel)
-            ON CONFLICT (execution_id, event, channel) DO NOTHING
+            ON CONFLICT (execution_id, event, channel) {on_conflict}
             RETURNING id
             """,
             [execution_id, job_id, [event for event, _ in rows], [name for _, name in rows]],
         )
         ids = tuple(int(found[0]) for found in cursor.fetchall())
-        if failing and not lost_attempt:
+        if failing and not lost_attempt and ids:  # the incident is alerted only if an alert was written
             cursor.execute(f"UPDATE {JOB} SET alerted_at = now() WHERE id = %s", [job_id])
-    alerted = tuple(dict.fromkeys(event for event, _ in rows))
+    alerted = tuple(dict.fromkeys(event for event, _ in rows)) if ids else ()
     if ids:
         transaction.on_commit(lambda: send_soon(ids))
     return Recorded(events=alerted, alert_ids=ids, recovered=recovered)
@@ -198,44 +214,78 @@ def message_for(alert: models.Alert) -> Message:
     )
 
 
+def claim_seconds(timeout: float) -> float:
+    """How long a deliverer holds its claim on an alert: the channel's timeout twice, and half
+    a minute more. Only a send that outlives it can be sent a second time by another worker."""
+    return 2 * timeout + 30
+
+
+def _claim(alert_id: int, seconds: float) -> tuple[dt.datetime, int] | None:
+    """Claim a PENDING alert that nobody is sending (one statement; the database's clock, not the
+    transaction's start, in case the caller holds one open): its
+    ``updated_at`` moves to the end of the claim, which is the claim's token, and the attempt
+    is counted. None: sent, given up, or being sent by another deliverer now."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {ALERT} SET updated_at = clock_timestamp() + make_interval(secs => %s),"
+            f" attempts = attempts + 1 WHERE id = %s AND status = 'PENDING' AND updated_at <= clock_timestamp()"
+            f" RETURNING updated_at, attempts",
+            [seconds, alert_id],
+        )
+        row = cursor.fetchone()
+    return (row[0], int(row[1])) if row is not None else None
+
+
+def _settle(alert_id: int, token: dt.datetime, status: str, error: str) -> bool:
+    """Record the result of a claimed attempt, only if the claim still stands (the row was not
+    re-armed or resent meanwhile, and no other deliverer took it after the claim ran out)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {ALERT} SET status = %s, last_error = %s, updated_at = now(),"
+            f" sent_at = CASE WHEN %s = 'SENT' THEN now() END"
+            f" WHERE id = %s AND status = 'PENDING' AND updated_at = %s",
+            [status, error, status, alert_id, token],
+        )
+        return bool(cursor.rowcount == 1)
+
+
 def deliver(alert_id: int) -> str:
     """Send one PENDING alert; returns its new status. Raises ``DeliveryFailed`` when this
-    attempt failed and another may follow (the task retries it)."""
+    attempt failed and another may follow (the task retries it).
+
+    Three steps, none holding a transaction or a lock across the channel's call: claim the
+    row (``_claim``), send, record the result (``_settle``). Two deliverers of one alert:
+    the second finds it claimed and returns ``"GONE"``."""
     settings = conf.settings.NOTIFICATIONS
     timeout = float(settings.get("timeout", 10))
     limit = int(settings.get("max_attempts", 5))
-    with transaction.atomic():
-        alert = (models.Alert.objects.select_for_update(skip_locked=True, of=("self",))
-                 .select_related("execution").filter(id=alert_id, status=models.AlertStatus.PENDING).first())
-        if alert is None:
-            return "GONE"  # sent already, given up, or being sent by another worker now
-        error = ""
-        target: Channel | None = None
-        try:
-            target = channel(alert.channel)
-            target.send(message_for(alert), timeout)
-        except Exception as problem:  # a channel must never break the worker
-            text = f"{type(problem).__name__}: {problem}"
-            error = target.redact(text) if target is not None else text
-        alert.attempts += 1
-        if not error:
-            alert.status, alert.last_error = models.AlertStatus.SENT, ""
-        else:
-            alert.last_error = error[:2000]
-            if alert.attempts >= limit:
-                alert.status = models.AlertStatus.FAILED
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"UPDATE {ALERT} SET status = %s, attempts = %s, last_error = %s, updated_at = now(),"
-                f" sent_at = CASE WHEN %s = 'SENT' THEN now() END WHERE id = %s",
-                [alert.status, alert.attempts, alert.last_error, alert.status, alert.id],
-            )
+    claimed = _claim(alert_id, claim_seconds(timeout))
+    if claimed is None:
+        return "GONE"  # sent already, given up, or being sent by another worker now
+    token, attempts = claimed
+    alert = models.Alert.objects.select_related("execution").filter(id=alert_id).first()
+    if alert is None:
+        return "GONE"  # purged with its execution meanwhile
+    error = ""
+    target: Channel | None = None
+    try:
+        target = channel(alert.channel)
+        target.send(message_for(alert), timeout)
+    except Exception as problem:  # a channel must never break the worker
+        text = f"{type(problem).__name__}: {problem}"
+        error = (target.redact(text) if target is not None else text)[:2000]
+    status = models.AlertStatus.SENT if not error else (
+        models.AlertStatus.FAILED if attempts >= limit else models.AlertStatus.PENDING)
+    if not _settle(alert_id, token, status, error):
+        logger.warning("alert %s (%s on %s) was re-armed or resent while attempt %d ran; that attempt is not"
+                       " recorded", alert_id, alert.event, alert.channel, attempts)
+        return "GONE"
     if error:
-        log = logger.error if alert.status == models.AlertStatus.FAILED else logger.warning
-        log("alert %s (%s on %s), attempt %d: %s", alert.id, alert.event, alert.channel, alert.attempts, error)
-        if alert.status == models.AlertStatus.PENDING:
-            raise exceptions.DeliveryAttemptFailed(error, alert=alert.id, attempt=alert.attempts)
-    return str(alert.status)
+        log = logger.error if status == models.AlertStatus.FAILED else logger.warning
+        log("alert %s (%s on %s), attempt %d: %s", alert_id, alert.event, alert.channel, attempts, error)
+        if status == models.AlertStatus.PENDING:
+            raise exceptions.DeliveryAttemptFailed(error, alert=alert_id, attempt=attempts)
+    return str(status)
 
 
 @shared_task(name="cron_celery.deliver_alert", bind=True, max_retries=None, ignore_result=True)
@@ -251,15 +301,16 @@ def deliver_alert(self: Any, alert_id: int) -> str:
 
 def redeliver(grace: float, batch: int) -> int:
     """Queue again the PENDING alerts untouched for ``grace`` seconds (the reconciler)."""
+    # One statement: a row a deliverer claims meanwhile (its updated_at moves ahead) is left alone.
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT id FROM {ALERT} WHERE status = 'PENDING' AND updated_at < now() - make_interval(secs => %s)"
-            f" ORDER BY updated_at LIMIT %s",
-            [grace, batch],
+            f"UPDATE {ALERT} SET updated_at = now() WHERE id IN ("
+            f" SELECT id FROM {ALERT} WHERE status = 'PENDING' AND updated_at < now() - make_interval(secs => %s)"
+            f" ORDER BY updated_at LIMIT %s FOR UPDATE SKIP LOCKED)"
+            f" AND status = 'PENDING' AND updated_at < now() - make_interval(secs => %s) RETURNING id",
+            [grace, batch, grace],
         )
-        ids = [int(row[0]) for row in cursor.fetchall()]
-        if ids:
-            cursor.execute(f"UPDATE {ALERT} SET updated_at = now() WHERE id = ANY(%s)", [ids])
+        ids = sorted(int(row[0]) for row in cursor.fetchall())
     send_soon(ids)
     return len(ids)
 
@@ -286,3 +337,87 @@ def problems() -> list[str]:
             continue
         found += [f"Channel {name!r}: {problem}." for problem in target.problems()]
     return found
+
+
+# --- schedule problems: an admin edit that cannot drive a job ---------------------------------
+#
+# Nothing ran and no slot was missed — the job stays on its previous schedule, or paused — so
+# no execution stands behind this alert and it has no outbox row. The problem itself is
+# stored on the job (``CronJob.schedule_problem``, shown in the dashboard, cleared by a usable
+# edit); this tells the job's failure channels once per new reason, through a task with
+# retries like ``deliver_alert``. If the broker is down at that moment the alert is logged
+# as not sent; the dashboard and the beat's log still say it.
+
+#: The ``event`` of these alerts, and their ``error_code``.
+SCHEDULE_EVENT, SCHEDULE_NOT_APPLIED = "SCHEDULE", "SCHEDULE_NOT_APPLIED"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ScheduleMessage(Message):
+    """A job's schedule edit that was not applied: no slot, no execution; ``slot`` is when
+    it was found, ``status`` what the job does meanwhile, ``error`` the reason."""
+
+    @property
+    def title(self) -> str:
+        return f"[cron] {self.job} ({self.code}): schedule edit not applied"
+
+    @property
+    def failing(self) -> bool:
+        return True
+
+    def facts(self) -> list[tuple[str, str]]:
+        return [("Job", f"{self.job} ({self.code})"), ("Meanwhile", self.status),
+                ("Found", self.slot.strftime("%Y-%m-%d %H:%M:%S UTC")), ("Error code", self.error_code)]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**super().as_dict(), "slot": None, "execution_date": None, "execution_id": None,
+                "run_number": None, "attempt": None, "trigger": None, "found_at": self.slot.isoformat()}
+
+
+def schedule_problem(job: registry.Job | None, *, code: str, name: str, problem: str, state: str) -> int:
+    """Queue the alert that a job's schedule edit cannot drive it, one task per failure
+    channel of the job; returns how many were queued."""
+    found = dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat()
+    queued = 0
+    for channel_name in _deliverable(job, E.FAILED):
+        try:
+            deliver_schedule_problem.apply_async((code, name, channel_name, problem, state, found),
+                                                 ignore_result=True)
+            queued += 1
+        except Exception as error:
+            logger.warning("could not queue the schedule alert of cron job %s on %s (%s)", name, channel_name, error)
+    return queued
+
+
+def schedule_message(*, code: str, name: str, problem: str, state: str, found: dt.datetime) -> ScheduleMessage:
+    base = str(conf.settings.ADMIN_BASE_URL or "").rstrip("/")
+    return ScheduleMessage(
+        event=SCHEDULE_EVENT, job=name, code=code, slot=found, execution_date=found.date(), execution_id=0,
+        run_number=0, attempt=0, status=state, trigger="", duration=None, error_code=SCHEDULE_NOT_APPLIED,
+        error=problem, traceback="", admin_url=f"{base}/admin/cron_celery/cronjob/?q={code}" if base else "",
+    )
+
+
+@shared_task(name="cron_celery.deliver_schedule_problem", bind=True, max_retries=None, ignore_result=True)
+def deliver_schedule_problem(self: Any, code: str, name: str, channel_name: str, problem: str, state: str,
+                             found: str) -> str:
+    """Send one schedule alert; a failed attempt is retried with the backoff of
+    ``deliver_alert`` until ``NOTIFICATIONS["max_attempts"]``."""
+    settings = conf.settings.NOTIFICATIONS
+    message = schedule_message(code=code, name=name, problem=problem, state=state,
+                               found=dt.datetime.fromisoformat(found))
+    target: Channel | None = None
+    try:
+        target = channel(channel_name)
+        target.send(message, float(settings.get("timeout", 10)))
+    except Exception as failure:  # a channel must never break the worker
+        text = f"{type(failure).__name__}: {failure}"
+        text = target.redact(text) if target is not None else text
+        attempt = self.request.retries + 1
+        if attempt >= int(settings.get("max_attempts", 5)):
+            logger.error("schedule alert of cron job %s on %s, attempt %d, given up: %s", name, channel_name,
+                         attempt, text)
+            return "FAILED"
+        logger.warning("schedule alert of cron job %s on %s, attempt %d: %s", name, channel_name, attempt, text)
+        raise self.retry(countdown=min(300, 2 ** attempt), exc=exceptions.DeliveryFailed(text)) from None
+    return "SENT"

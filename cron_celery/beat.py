@@ -1,10 +1,13 @@
 """``celery -A proj beat -S cron_celery.beat.Scheduler``: dispatch every slot once.
 
-Only the leader dispatches: it holds a Redlock lease (``BEAT_LEASE_SECONDS``, renewed three
-times per lease); a standby beat tries each tick and takes over once the lease expires; a
-beat that loses the lease stops dispatching at once. Leadership only saves work — the
+Only the leader dispatches: it holds the ``beat`` lease row in PostgreSQL (``leadership``;
+``BEAT_LEASE_SECONDS`` on the database clock, renewed three times per lease) and, when Redis
+masters are configured and a quorum answers, the Redlock lease too (see ``Leadership``); a
+standby beat tries each tick and takes over once the lease is released or runs out; a beat
+that loses it stops dispatching at once. For cron jobs leadership only saves work — the
 database write in ``claims.dispatch_many`` is what makes each slot dispatched once, even when
-two beats both believe they lead.
+two beats both believe they lead; for django-celery-beat's own periodic tasks it is what
+keeps them from being sent twice.
 
 Each tick asks the database whether any job is due (``next_run_at <= now``, indexed) or
 was edited in the admin; if so it takes in the edits (``schedule_sync.apply_edits``),
@@ -24,16 +27,30 @@ import signal
 import socket
 import threading
 import time
+import uuid
 import zoneinfo
 from collections.abc import Iterator
 from typing import Any
 
+from django.db import DatabaseError, connection
 from django.utils import timezone
 from django_celery_beat.schedulers import DatabaseScheduler
 from pottery import Redlock
 from pottery.exceptions import ExtendUnlockedLock, QuorumIsImpossible, ReleaseUnlockedLock
 
-from cron_celery import checks, claims, conf, exceptions, health, locks, outcomes, schedule_sync, schedules, tasks
+from cron_celery import (
+    checks,
+    claims,
+    conf,
+    health,
+    leadership,
+    locks,
+    outcomes,
+    schedule_problems,
+    schedule_sync,
+    schedules,
+    tasks,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -71,80 +88,157 @@ def signals_deferred() -> Iterator[None]:
 
 
 class Leadership:
-    """The beat leader lease. With no Redis masters configured every beat leads."""
+    """Which beat leads: the one holding the database lease ``beat``, always.
+
+    The row (``leadership.hold``) is the arbiter, on the database clock, so exactly one beat
+    leads whether Redis answers or not. With Redis masters configured the leader also holds
+    the Redlock ``beat-leader``: a standby that sees another beat holding it does not ask the
+    database, and a leader that sees another beat holding it (Redis came back after an
+    outage in which this beat led through the database alone) steps down and releases the
+    row, so the Redis holder takes the row at its next tick; a beat that holds the Redlock but
+    cannot get the row releases the Redlock. Without a quorum of masters the row alone decides
+    (``lock degraded`` is logged). ``CRON_CELERY_BEAT_ALWAYS_LEAD=1`` (tests) makes every
+    beat lead.
+    """
+
+    #: The name of the lease row.
+    LEASE = "beat"
 
     def __init__(self, ttl: float) -> None:
         self.ttl = ttl
         self.identity = f"{socket.gethostname()}:{os.getpid()}"
+        self.token = uuid.uuid4().hex
         self._lock: Redlock | None = None
         self._renewed = 0.0
         self.leading = False
 
     def check(self) -> bool:
         """Acquire or renew; returns whether this beat may dispatch now."""
-        if os.environ.get("CRON_CELERY_BEAT_ALWAYS_LEAD") == "1" or not conf.lock_masters():
+        if os.environ.get("CRON_CELERY_BEAT_ALWAYS_LEAD") == "1":
             self.leading = True
             return True
         now = time.monotonic()
+        if self.leading and now - self._renewed < self.ttl / 3:
+            return True
+        redis = self._redis()
+        if redis is False:  # another beat holds the Redlock
+            if self.leading:
+                logger.warning("beat %s: another beat holds the Redis leader lease; standing by", self.identity)
+            self._step_down()
+            return False
         try:
-            if self.leading and self._lock is not None:
-                if now - self._renewed >= self.ttl / 3:
+            held = leadership.hold(self.LEASE, self.token, self.identity, self.ttl)
+        except DatabaseError as error:  # no database, no dispatch: stand by and try again next tick
+            logger.warning("beat %s could not reach the leader lease in the database: %s", self.identity, error)
+            connection.close_if_unusable_or_obsolete()
+            held = False
+        if held and not self.leading:
+            how = "" if redis else " (database lease; no Redis quorum)" if conf.lock_masters() else " (database lease)"
+            logger.warning("beat %s is now the leader%s", self.identity, how)
+        elif not held and self.leading:
+            logger.warning("beat %s lost the leader lease; standing by", self.identity)
+        if held:
+            self._renewed = now
+        else:
+            self._release_redis()  # let the row's holder (or the next beat) have the Redlock too
+        self.leading = held
+        return held
+
+    def _redis(self) -> bool | None:
+        """Hold the Redlock too: True when this beat holds it, False when another beat does,
+        None when no masters are configured or no quorum answers."""
+        if not conf.lock_masters():
+            return None
+        try:
+            if self._lock is not None:
+                with contextlib.suppress(ExtendUnlockedLock):  # it ran out: take it again if it is free
                     self._lock.extend()
-                    self._renewed = now
-                return True
+                    return True
+                self._lock = None
             candidate = Redlock(key=leader_key(), masters=locks.masters(), auto_release_time=self.ttl,
                                 raise_on_redis_errors=True, num_extensions=2**62)
             if candidate.acquire(blocking=False):
-                self._lock, self._renewed, self.leading = candidate, now, True
-                logger.warning("beat %s is now the leader", self.identity)
+                self._lock = candidate
                 return True
             return False
-        except ExtendUnlockedLock:
-            logger.warning("beat %s lost the leader lease; standing by", self.identity)
-            self.leading, self._lock = False, None
-            return False
         except QuorumIsImpossible as error:
-            # The database still dispatches each slot once: keep going, say so.
             locks.warn_degraded("beat-leader", error)
-            self.leading = True
-            return True
+            return None
 
-    def release(self) -> None:
-        if self._lock is not None and self.leading:
+    def _release_redis(self) -> None:
+        if self._lock is not None:
             with contextlib.suppress(ReleaseUnlockedLock, QuorumIsImpossible):
                 self._lock.release()
-        self._lock, self.leading = None, False
+        self._lock = None
+
+    def _step_down(self) -> None:
+        if self.leading:
+            with contextlib.suppress(DatabaseError):
+                leadership.release(self.LEASE, self.token)
+        self.leading = False
+
+    def release(self) -> None:
+        """Give both leases up (beat stops): a standby takes over at its next tick."""
+        self._release_redis()
+        with contextlib.suppress(DatabaseError):
+            leadership.release(self.LEASE, self.token)
+        self.leading = False
 
 
 PlanKey = tuple[str, str, dt.datetime, str]
 
 
 def plan(row: claims.DueJob, now: dt.datetime, plans: dict[PlanKey, schedules.CatchUpPlan | None],
-         parsed: dict[tuple[str, str], schedules.Schedule]) -> claims.Decision | None:
+         parsed: dict[tuple[str, str], schedules.Schedule],
+         problems: dict[int, str] | None = None) -> claims.Decision | None:
     """The decision for one due job. ``plans`` shares the work between jobs with the same
     schedule that fell due together (a thousand every-minute jobs plan once); ``parsed``
-    caches schedules by (expression, timezone)."""
+    caches schedules by (expression, timezone).
+
+    A job whose stored schedule cannot be planned gets no decision (and never raises, so
+    the other jobs of the batch are dispatched); with ``problems`` its reason is put there
+    by job id, for the caller to set the job aside. Execution dates are read in the job's
+    timezone, like every other writer's (``schedules.execution_date``)."""
     key = (row.schedule, row.timezone, row.next_run_at, row.catch_up)
     if key not in plans:
         try:
             if (row.schedule, row.timezone) not in parsed:
                 parsed[(row.schedule, row.timezone)] = schedules.parse_expression(row.schedule, row.timezone)
-            schedule = parsed[(row.schedule, row.timezone)]
-        except exceptions.InvalidSchedule as error:
-            logger.error("cron job %s has no usable schedule (%s); run sync_cron_schedules", row.name, error)
+            plans[key] = schedules.plan_catch_up(parsed[(row.schedule, row.timezone)], row.next_run_at, now,
+                                                 row.catch_up, limit=conf.settings.CATCH_UP_LIMIT)
+        except Exception as error:  # one job's bad row must not stop the batch
+            logger.error("cron job %s: its schedule %r (%s) cannot be planned: %s", row.name, row.schedule,
+                         row.timezone, error)
             plans[key] = None
-        else:
-            plans[key] = schedules.plan_catch_up(schedule, row.next_run_at, now, row.catch_up,
-                                                 limit=conf.settings.CATCH_UP_LIMIT)
     planned = plans[key]
+    try:
+        tz = zoneinfo.ZoneInfo(row.job_timezone)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        logger.error("cron job %s: its timezone %r does not exist", row.name, row.job_timezone)
+        planned = None
     if planned is None:
+        if problems is not None:
+            problems[row.job_id] = unplannable(row)
         return None
     if planned.unrecorded_before is not None:
         logger.warning("cron job %s: down since %s; slots before %s are not recorded as MISSED",
                        row.name, schedules.iso(row.next_run_at), schedules.iso(planned.unrecorded_before))
     return claims.Decision(job_id=row.job_id, expected_next_run_at=row.next_run_at,
-                           next_run_at=planned.next_run_at, run=planned.run, missed=planned.missed,
-                           tz=zoneinfo.ZoneInfo(row.timezone))
+                           next_run_at=planned.next_run_at, run=planned.run, missed=planned.missed, tz=tz)
+
+
+def unplannable(row: claims.DueJob) -> str:
+    """Why a due job cannot be planned, in words (for the few that cannot)."""
+    try:
+        zoneinfo.ZoneInfo(row.job_timezone)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        return f"the job's timezone {row.job_timezone!r} does not exist"
+    try:
+        schedule = schedules.parse_expression(row.schedule, row.timezone)
+        schedule.next_after(row.next_run_at)
+    except Exception as error:
+        return f"the schedule in effect, {row.schedule!r} ({row.timezone}), cannot be planned: {error}"
+    return f"the schedule in effect, {row.schedule!r} ({row.timezone}), cannot be planned"
 
 
 class Scheduler(DatabaseScheduler):  # type: ignore[misc]
@@ -157,6 +251,8 @@ class Scheduler(DatabaseScheduler):  # type: ignore[misc]
 
     #: Longest sleep between ticks, in seconds.
     tick_seconds = 1.0
+    #: When (monotonic) the clock skew was last logged.
+    _skew_warned = -1e9
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         checks.refuse_to_start("beat")  # before the first sync writes anything
@@ -169,6 +265,7 @@ class Scheduler(DatabaseScheduler):  # type: ignore[misc]
     def setup_schedule(self) -> None:
         report = schedule_sync.sync()
         logger.info("cron_celery: schedules synced: %s", report)
+        schedule_problems.log_outstanding()
         super().setup_schedule()
 
     def enabled_models_qs(self) -> Any:
@@ -210,7 +307,10 @@ class Scheduler(DatabaseScheduler):  # type: ignore[misc]
                 return min(self.tick_seconds, ahead)
             due = claims.due_jobs(now, limit=conf.settings.BEAT_BATCH)
             plans: dict[PlanKey, schedules.CatchUpPlan | None] = {}
-            decisions = [decision for row in due if (decision := self.plan(row, now, plans)) is not None]
+            problems: dict[int, str] = {}
+            decisions = [decision for row in due if (decision := self.plan(row, now, plans, problems)) is not None]
+            if problems:  # no longer due: they would come back every round, ahead of the others
+                schedule_problems.set_aside(problems)
             _advanced, to_publish, missed = claims.dispatch_many(decisions)
             self.published += self.publish({row.job_id: row for row in due}, to_publish)
             if missed:  # alerts for the outage, one per job
@@ -218,9 +318,9 @@ class Scheduler(DatabaseScheduler):  # type: ignore[misc]
             if time.monotonic() > deadline:
                 return 0.0
 
-    def plan(self, row: claims.DueJob, now: dt.datetime, plans: dict[PlanKey, schedules.CatchUpPlan | None]
-             ) -> claims.Decision | None:
-        return plan(row, now, plans, self._schedules)
+    def plan(self, row: claims.DueJob, now: dt.datetime, plans: dict[PlanKey, schedules.CatchUpPlan | None],
+             problems: dict[int, str] | None = None) -> claims.Decision | None:
+        return plan(row, now, plans, self._schedules, problems)
 
     def publish(self, jobs: dict[int, claims.DueJob], to_publish: list[claims.ToPublish]) -> int:
         """Send the executions this beat inserted, oldest slot first, over one connection and,
@@ -236,9 +336,9 @@ class Scheduler(DatabaseScheduler):  # type: ignore[misc]
                 batch = getattr(producer, "batch", None)
                 with batch(max_size=conf.settings.BEAT_BATCH) if batch else contextlib.nullcontext():
                     for item in to_publish:
-                        self.app.send_task(jobs[item.job_id].task, task_id=item.celery_task_id,
-                                           headers=tasks.headers(item.execution_id, item.slot, item.trigger),
-                                           producer=producer)
+                        tasks.publish(self.app, jobs[item.job_id].task,
+                                      tasks.headers(item.execution_id, item.slot, item.trigger),
+                                      task_id=item.celery_task_id, producer=producer)
                         sent += 1
         except Exception:
             logger.exception("could not publish all of %d executions; those not sent stay PENDING",
@@ -252,10 +352,17 @@ class Scheduler(DatabaseScheduler):  # type: ignore[misc]
         if leading == self._beat_leading and now - self._beat_seen < min(10.0, self.leadership.ttl / 3):
             return
         try:
-            health.beat_seen(self.leadership.identity, leading)
+            before = time.time()
+            database = health.beat_seen(self.leadership.identity, leading)
+            skew = health.clock_skew(database, before, time.time())
         except Exception:  # health reporting must not stop the schedule
             logger.exception("cron_celery beat: could not record its heartbeat")
             return
+        if skew is not None and now - self._skew_warned >= 600:  # at most every ten minutes
+            logger.warning("beat %s: this machine's clock is %+.1f s off the database's; beat dispatches slots "
+                           "by this clock (the reconciler judges them by the database's): keep it on NTP",
+                           self.leadership.identity, skew)
+            self._skew_warned = now
         self._beat_seen, self._beat_leading = now, leading
 
     def close(self) -> None:

@@ -25,7 +25,7 @@ from typing import Any
 
 from django.db import IntegrityError, connection, transaction
 
-from cron_celery import models, registry
+from cron_celery import models, registry, waiting
 
 S = models.Status
 JOB = models.CronJob._meta.db_table
@@ -36,6 +36,17 @@ EXE = models.CronExecution._meta.db_table
 DUPLICATE = "DUPLICATE"
 #: ``Claim.status_seen`` of a duplicate whose execution has no attempt left to take over.
 CAPPED = "CAPPED"
+#: Outcome of ``begin``: the execution waits for the job's live run (``waiting.mark``); its
+#: message is done with, and the execution is sent again when that run ends.
+WAITING = "WAITING"
+#: Outcome of ``begin``: an execution that already had an attempt (RETRYING, or RUNNING with
+#: an expired lease) reached a paused job; the caller ends it with its failure (``give_up``).
+GIVE_UP = "GIVE_UP"
+#: Triggers whose executions wait for a live run of their overlap-``skip`` job instead of
+#: being skipped: slots a person or the catch-up policy asked for. Only a regular beat slot
+#: (``BEAT``) that meets a live run is skipped.
+BUFFERED_TRIGGERS = frozenset({models.Trigger.BACKFILL, models.Trigger.CATCH_UP, models.Trigger.ENQUEUE,
+                               models.Trigger.ADMIN})  # not for ``rate_limited`` jobs, whose extra calls are skipped
 
 
 class JobRowMissing(LookupError):
@@ -46,13 +57,14 @@ class JobRowMissing(LookupError):
 class Claim:
     """What ``begin`` decided for one call."""
 
-    outcome: str  # S.RUNNING (claimed), S.SKIPPED, or DUPLICATE
+    outcome: str  # S.RUNNING (claimed), S.SKIPPED, DUPLICATE, WAITING or GIVE_UP
     execution_id: int | None
     run_number: int = 0
     fence: int | None = None
     retry_count: int = 0
     skip_reason: str = ""
-    status_seen: str = ""  # for DUPLICATE: the status the execution already had
+    status_seen: str = ""  # for DUPLICATE, WAITING, GIVE_UP: the status the execution already had
+    blocker: int | None = None  # for WAITING: the live execution it waits for
 
     @property
     def claimed(self) -> bool:
@@ -157,7 +169,7 @@ def _slot_state(cursor: Any, job_id: int, slot: dt.datetime, me: int) -> dict[st
         f"""
         SELECT
           bool_or(id <> %(me)s AND slot = %(slot)s AND status = 'SUCCEEDED'),
-          bool_or(id <> %(me)s AND slot = %(slot)s AND status IN ('FAILED', 'TIMED_OUT', 'LOST')),
+          bool_or(id <> %(me)s AND slot = %(slot)s AND status IN ('FAILED', 'TIMED_OUT', 'LOST', 'REVOKED')),
           bool_or(id <> %(me)s AND slot = %(slot)s AND (status IN ('PENDING', 'RETRYING')
                   OR (status = 'RUNNING' AND lease_until > now()))),
           bool_or(id <> %(me)s AND slot = %(slot)s AND status = 'RUNNING'
@@ -166,7 +178,10 @@ def _slot_state(cursor: Any, job_id: int, slot: dt.datetime, me: int) -> dict[st
           max(status) FILTER (WHERE id = %(me)s),
           bool_or(id = %(me)s AND lease_until > now()),
           bool_or(id = %(me)s AND forced),
-          max(retry_count) FILTER (WHERE id = %(me)s)
+          max(retry_count) FILTER (WHERE id = %(me)s),
+          max(trigger) FILTER (WHERE id = %(me)s),
+          bool_or(id = %(me)s AND force),
+          max(id) FILTER (WHERE id <> %(me)s AND status = 'RUNNING' AND lease_until > now())
         FROM {EXE}
         WHERE job_id = %(job)s AND (slot = %(slot)s OR status = 'RUNNING' OR id = %(me)s)
         """,
@@ -174,17 +189,22 @@ def _slot_state(cursor: Any, job_id: int, slot: dt.datetime, me: int) -> dict[st
     )
     row = cursor.fetchone()
     keys = ("succeeded", "failed", "live", "stale", "job_live", "own_status", "own_live", "own_forced",
-            "own_retries")
-    return {key: row[i] if key in ("own_status", "own_retries") else (row[i] or False) for i, key in enumerate(keys)}
+            "own_retries", "own_trigger", "own_force", "blocker")
+    kept = ("own_status", "own_retries", "own_trigger", "blocker")
+    return {key: row[i] if key in kept else (row[i] or False) for i, key in enumerate(keys)}
 
 
 def _decide(
-    job: registry.Job, state: dict[str, Any], *, paused: bool, force: bool, rerun: bool
+    job: registry.Job, state: dict[str, Any], *, paused: bool, force: bool, rerun: bool, attempted: bool = False
 ) -> str:
-    """The skip reason for this call, or '' to run. Pure: tested branch by branch."""
+    """The skip reason for this call, or '' to run. Pure: tested branch by branch.
+
+    ``attempted``: the execution already had an attempt (a retry, or a takeover); it owns its
+    slot, so the pattern's slot check does not apply again — only the pause and the overlap do.
+    """
     if paused and not force:
         return models.SkipReason.PAUSED
-    if not (force or rerun):
+    if not (force or rerun or attempted):
         if job.pattern in (models.ExecutionPattern.STANDARD,
                            models.ExecutionPattern.RERUN_ON_FAILURE):
             if state["live"]:
@@ -267,6 +287,7 @@ def begin(
         state: dict[str, Any] = {
             "succeeded": False, "failed": False, "live": False, "stale": False,
             "job_live": False, "own_status": None, "own_live": False, "own_forced": False, "own_retries": None,
+            "own_trigger": None, "own_force": False, "blocker": None,
         }
         if lock_busy or _needs_state(job, execution_id, force, rerun):
             state = _slot_state(cursor, job_id, slot, execution_id or 0)
@@ -283,9 +304,22 @@ def begin(
                 return Claim(outcome=DUPLICATE, execution_id=execution_id, status_seen=CAPPED)
             # A run sent with --force/--rerun keeps that choice when its message is sent again.
             rerun = rerun or bool(state["own_forced"])
-        reason = _decide(job, state, paused=paused, force=force, rerun=rerun)
+            force = force or bool(state["own_force"])
+        own = state["own_status"]
+        attempted = own in (S.RETRYING, S.RUNNING)
+        reason = _decide(job, state, paused=paused, force=force, rerun=rerun, attempted=attempted)
         if lock_busy and reason == models.SkipReason.OVERLAP:
             reason = models.SkipReason.LOCK_UNAVAILABLE
+        if reason and attempted and reason == models.SkipReason.PAUSED:
+            # Never turn a failed attempt into a skip: the caller ends it with its failure.
+            return Claim(outcome=GIVE_UP, execution_id=execution_id, status_seen=own, skip_reason=reason)
+        overlapping = reason in (models.SkipReason.OVERLAP, models.SkipReason.LOCK_UNAVAILABLE)
+        buffered = state["own_trigger"] in BUFFERED_TRIGGERS and job.pattern != models.ExecutionPattern.RATE_LIMITED
+        if overlapping and execution_id is not None and (attempted or buffered):
+            if own != S.RUNNING:  # an expired RUNNING attempt is the reconciler's to end first
+                waiting.mark(cursor, execution_id, state["blocker"])
+            return Claim(outcome=WAITING, execution_id=execution_id, status_seen=own, skip_reason=reason,
+                         blocker=state["blocker"])
         if reason:
             return _record_skip(
                 cursor, job, job_id, slot, execution_date, trigger, execution_id, reason,
@@ -296,7 +330,7 @@ def begin(
                 f"""
                 UPDATE {EXE} SET status = 'RUNNING', fence = %(fence)s,
                     lease_until = now() + make_interval(secs => %(lease)s),
-                    started = coalesce(started, clock_timestamp()), ended = NULL,
+                    started = coalesce(started, clock_timestamp()), ended = NULL, waiting_since = NULL,
                     retry_count = retry_count + (CASE WHEN status = 'RUNNING' THEN 1 ELSE 0 END),
                     worker = %(worker)s, pid = %(pid)s,
                     attempts = CASE WHEN status = 'PENDING' THEN attempts ELSE {_TAKEN_OVER} || {_RECLAIMED} END,
@@ -363,6 +397,9 @@ _ABANDONED = _closed_attempts("%(status)s", "%(code)s", "%(message)s",
                               "status = 'RUNNING' AND jsonb_array_length(attempts) > 0")
 _TAKEN_OVER = _closed_attempts("'LOST'", "'LEASE_EXPIRED'", "'taken over after its lease expired'",
                                "status = 'RUNNING'")
+#: An expired RUNNING attempt that ``give_up`` ends LOST ends in the history too, once there is one.
+_GIVEN_UP = _closed_attempts("'LOST'", "'LEASE_EXPIRED'", "'its worker stopped renewing the lease'",
+                             "status = 'RUNNING' AND jsonb_array_length(attempts) > 0")
 
 
 def _claim_new(
@@ -506,12 +543,19 @@ def enqueue(
     execution_date: dt.date,
     trigger: str,
     forced: bool = False,
+    force: bool = False,
 ) -> tuple[int, int]:
-    """Insert a PENDING execution for a message about to be published; (id, run_number)."""
+    """Insert a PENDING execution for a message about to be published; (id, run_number).
+
+    ``forced``: past the slot check (``--rerun``/``--force``); ``force``: also past a pause
+    (``--force``). Both are kept on the row, so every later send of it keeps them."""
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(f"SELECT 1 FROM {JOB} WHERE id = %s FOR UPDATE", [job_id])
-        return _insert(cursor, job, job_id, slot, execution_date, trigger,
-                       status=S.PENDING, forced=forced)
+        inserted = _insert(cursor, job, job_id, slot, execution_date, trigger, status=S.PENDING,
+                           forced=forced or force)
+        if force:
+            cursor.execute(f"UPDATE {EXE} SET force = true WHERE id = %s", [inserted[0]])
+        return inserted
 
 
 def abandon(execution_id: int, message: str) -> None:
@@ -764,6 +808,62 @@ def end_dead_attempts(
                  slot=row[4], trigger=str(row[5]))
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Revoked:
+    """An execution ended by ``revoke``."""
+
+    execution_id: int
+    slot: dt.datetime
+    started: bool  # False: it was still waiting for its message to run
+
+
+def revoke(*, job_id: int, message: str, execution_id: int | None = None, worker: str = "",
+           pid: int | None = None) -> Revoked | None:
+    """End an execution whose Celery task was revoked: REVOKED, final, never retried or sent again.
+
+    It is execution ``execution_id`` (the message's header) while it waits (PENDING, RETRYING)
+    or while it runs in process ``pid`` of ``worker``; without an id (a message without the
+    headers), the job's execution that this process runs. The job's failure count and its
+    alert incident are left as they were: somebody stopped the run on purpose. None when
+    nothing matched (it already ended, or another process runs it).
+    """
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            WITH j AS (SELECT id FROM {JOB} WHERE id = %(job)s FOR UPDATE),
+            e AS (
+                UPDATE {EXE} SET status = 'REVOKED', completed = true, success = false, ended = clock_timestamp(),
+                    lease_until = NULL, error_code = %(code)s, message = %(message)s, attempts = {_ABANDONED}
+                FROM j
+                WHERE {EXE}.job_id = j.id AND (
+                    ({EXE}.id = %(id)s::bigint AND {EXE}.status IN ('PENDING', 'RETRYING'))
+                    OR ({EXE}.status = 'RUNNING' AND {EXE}.worker = %(worker)s AND {EXE}.pid = %(pid)s::int
+                        AND (%(id)s::bigint IS NULL OR {EXE}.id = %(id)s::bigint)))
+                RETURNING {EXE}.id, {EXE}.job_id, {EXE}.slot, {EXE}.started IS NOT NULL AS started
+            ), touched AS (
+                UPDATE {JOB} SET last_status = 'REVOKED', last_run_at = now()
+                FROM e WHERE {JOB}.id = e.job_id
+                RETURNING 1
+            )
+            SELECT id, slot, started FROM e ORDER BY id LIMIT 1
+            """,
+            {"job": job_id, "id": execution_id, "status": S.REVOKED, "code": "REVOKED", "message": message[:1000],
+             "worker": worker, "pid": pid},
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    return Revoked(execution_id=int(row[0]), slot=row[1], started=bool(row[2]))
+
+
+def status_of(execution_id: int) -> str | None:
+    """The execution's status now (None: no such row)."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT status FROM {EXE} WHERE id = %s", [execution_id])
+        row = cursor.fetchone()
+    return str(row[0]) if row else None
+
+
 def close_unstarted(*, job_id: int, execution_id: int, status: str, error_code: str, message: str,
                     running_too: bool = False) -> bool:
     """End a PENDING or RETRYING execution that never started: MISSED (the catch-up policy
@@ -794,6 +894,61 @@ def close_unstarted(*, job_id: int, execution_id: int, status: str, error_code: 
         cursor.execute(f"SELECT status = %s FROM {EXE} WHERE id = %s", [status, execution_id])
         row = cursor.fetchone()
     return bool(row and row[0])
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GivenUp:
+    """An execution ended by ``give_up``: its final status, error code and message."""
+
+    status: str
+    error_code: str
+    message: str
+    slot: dt.datetime
+
+
+def give_up(*, job_id: int, execution_id: int, note: str) -> GivenUp | None:
+    """End an execution that already had an attempt and will not get another (its job is paused).
+
+    A RETRYING execution ends with its last attempt's status (FAILED, TIMED_OUT or LOST), error
+    code and message, with ``note`` added; a RUNNING one whose lease expired ends LOST
+    (``LEASE_EXPIRED``). Either counts as a failure of the job. None when the execution is no
+    longer in either state (another writer ended or took it first), or the job was resumed
+    since the claim decided (its next delivery runs it).
+    """
+    last = "attempts -> -1 ->> 'status'"
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            WITH j AS (SELECT id FROM {JOB} WHERE id = %(job)s AND paused FOR UPDATE),
+            e AS (
+                UPDATE {EXE} SET
+                    status = CASE WHEN status = 'RUNNING' THEN 'LOST'
+                                  WHEN {last} IN ('FAILED', 'TIMED_OUT', 'LOST') THEN {last}
+                                  ELSE 'FAILED' END,
+                    error_code = CASE WHEN status = 'RUNNING' THEN 'LEASE_EXPIRED' ELSE error_code END,
+                    message = CASE WHEN status = 'RUNNING' THEN %(lost)s ELSE message END || %(note)s,
+                    attempts = {_GIVEN_UP},
+                    completed = true, success = false, ended = now(), lease_until = NULL, waiting_since = NULL,
+                    pid = NULL
+                FROM j
+                WHERE {EXE}.id = %(id)s AND {EXE}.job_id = j.id
+                  AND ({EXE}.status = 'RETRYING' OR ({EXE}.status = 'RUNNING' AND {EXE}.lease_until <= now()))
+                RETURNING {EXE}.status, {EXE}.error_code, {EXE}.message, {EXE}.slot
+            ), counted AS (
+                UPDATE {JOB} SET consecutive_failures = consecutive_failures + 1, last_status = e.status,
+                    last_run_at = now()
+                FROM e WHERE {JOB}.id = %(job)s
+                RETURNING 1
+            )
+            SELECT * FROM e
+            """,
+            {"job": job_id, "id": execution_id, "note": f"\n({note})",
+             "lost": "Its worker stopped renewing the lease (it died or lost the database)."},
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    return GivenUp(status=str(row[0]), error_code=str(row[1]), message=str(row[2]), slot=row[3])
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -937,8 +1092,9 @@ class DueJob:
     task: str
     name: str
     schedule: str
-    timezone: str
+    timezone: str  # the schedule's: what its cron is read in
     catch_up: str
+    job_timezone: str  # the job's: what its slots' execution dates are read in
 
 
 def due_jobs(now: dt.datetime, limit: int = 1000, among: list[int] | None = None,
@@ -953,7 +1109,7 @@ def due_jobs(now: dt.datetime, limit: int = 1000, among: list[int] | None = None
         cursor.execute(
             f"""
             SELECT id, next_run_at, task, name, schedule, coalesce(nullif(schedule_timezone, ''), timezone),
-                   catch_up
+                   catch_up, timezone
             FROM {JOB}
             WHERE next_run_at <= %s AND NOT paused {only}
             ORDER BY next_run_at LIMIT %s
@@ -961,7 +1117,7 @@ def due_jobs(now: dt.datetime, limit: int = 1000, among: list[int] | None = None
             [now, limit] if among is None else [now, among, limit],
         )
         return [DueJob(job_id=int(row[0]), next_run_at=row[1], task=row[2], name=row[3], schedule=row[4],
-                       timezone=row[5], catch_up=row[6]) for row in cursor.fetchall()]
+                       timezone=row[5], catch_up=row[6], job_timezone=row[7]) for row in cursor.fetchall()]
 
 
 def next_due() -> tuple[dt.datetime | None, bool]:

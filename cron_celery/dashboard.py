@@ -30,6 +30,7 @@ COLOURS: dict[str, tuple[str, str]] = {
     S.SUCCEEDED: ("#1a7f37", "#ffffff"), S.FAILED: ("#cf222e", "#ffffff"), S.TIMED_OUT: ("#bc4c00", "#ffffff"),
     S.LOST: ("#8250df", "#ffffff"), S.RUNNING: ("#0969da", "#ffffff"), S.PENDING: ("#6e7781", "#ffffff"),
     S.RETRYING: ("#9a6700", "#ffffff"), S.SKIPPED: ("#d0d7de", "#24292f"), S.MISSED: ("#57606a", "#ffffff"),
+    S.REVOKED: ("#24292f", "#ffffff"),
 }
 
 
@@ -98,7 +99,8 @@ def describe(expression: str) -> str:
         return "no schedule"
     found = re.fullmatch(r"every (\d+)s", expression)
     if found:
-        return str(schedules.Interval(int(found.group(1))))
+        seconds = int(found.group(1))
+        return str(schedules.Interval(seconds)) if seconds >= 1 else f"cron {expression}"
     fields = expression.split()
     if len(fields) != 5:
         return expression
@@ -118,3 +120,15 @@ def describe(expression: str) -> str:
         if dom.isdigit() and (month, dow) == ("*", "*"):
             return f"monthly on day {int(dom)} at {at}"
     return f"cron {expression}"
+
+
+def schedule_problem(job: models.CronJob) -> SafeString:
+    """Why the job's periodic task's schedule was not applied, and what the job does meanwhile;
+    empty when the schedule in effect is the periodic task's."""
+    if not job.schedule_problem:
+        return mark_safe("")
+    meanwhile = ("paused until the schedule is fixed" if job.paused or job.next_run_at is None
+                 else "runs on its previous schedule until the schedule is fixed")
+    return format_html('<div class="cron-schedule-problem" role="alert" style="color:#cf222e;max-width:32em">'
+                       '<strong>Edit not applied:</strong> {}<br><small>{}</small></div>',
+                       job.schedule_problem, meanwhile)

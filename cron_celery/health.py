@@ -22,16 +22,33 @@ BEAT = models.BeatHeartbeat._meta.db_table  # its column "leading" is a reserved
 OVERDUE_SHOWN = 50
 
 
-def beat_seen(identity: str, leading: bool) -> None:
-    """Record that this beat is alive (called by the scheduler every few seconds)."""
+#: A beat whose clock is further than this (seconds) from the database's is told so in its log.
+CLOCK_SKEW_WARNING = 5.0
+
+
+def beat_seen(identity: str, leading: bool) -> dt.datetime:
+    """Record that this beat is alive (called by the scheduler every few seconds); returns the
+    database's clock at that moment."""
     with connection.cursor() as cursor:
         cursor.execute(
             f"""
             INSERT INTO {BEAT} (identity, "leading", started_at, seen_at) VALUES (%s, %s, now(), now())
             ON CONFLICT (identity) DO UPDATE SET "leading" = EXCLUDED."leading", seen_at = now()
+            RETURNING seen_at
             """,
             [identity[:200], leading],
         )
+        row = cursor.fetchone()
+    assert row is not None
+    return row[0]  # type: ignore[no-any-return]
+
+
+def clock_skew(database: dt.datetime, before: float, after: float) -> float | None:
+    """How far (seconds, + = ahead) this machine's clock is from the database's, when that is
+    more than ``CLOCK_SKEW_WARNING`` beyond what the round trip (``before``..``after``, this
+    machine's epoch seconds around the statement that read ``database``) can explain; else None."""
+    skew = (before + after) / 2 - database.timestamp()
+    return skew if abs(skew) > CLOCK_SKEW_WARNING + (after - before) / 2 else None
 
 
 def beat_gone(identity: str) -> None:

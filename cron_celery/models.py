@@ -24,12 +24,13 @@ class Status(models.TextChoices):
     LOST = "LOST", "Lost"  # the worker died or vanished; the lease expired
     SKIPPED = "SKIPPED", "Skipped"  # deliberately not run; skip_reason says why
     MISSED = "MISSED", "Missed"  # the slot was never dispatched (scheduler down)
+    REVOKED = "REVOKED", "Revoked"  # its Celery task was revoked (Flower, celery control): stopped, not retried
 
     @classmethod
     def terminal(cls) -> frozenset[str]:
         """Statuses after which an execution never changes again."""
         return frozenset(
-            {cls.SUCCEEDED, cls.FAILED, cls.TIMED_OUT, cls.LOST, cls.SKIPPED, cls.MISSED}
+            {cls.SUCCEEDED, cls.FAILED, cls.TIMED_OUT, cls.LOST, cls.SKIPPED, cls.MISSED, cls.REVOKED}
         )
 
     @classmethod
@@ -122,6 +123,11 @@ class CronJob(models.Model):
         max_length=200, blank=True, db_default="", help_text="Five-field cron, or 'every Ns' for an interval"
     )
     schedule_timezone = models.CharField(max_length=64, blank=True, db_default="")
+    schedule_problem = models.TextField(
+        blank=True, db_default="",
+        help_text="Why the periodic task's schedule cannot drive the job (the job keeps its previous one); "
+                  "empty when it is in effect",
+    )
     declaration_hash = models.CharField(
         max_length=64, blank=True, db_default="", help_text="The code's schedule at the last sync"
     )
@@ -177,6 +183,9 @@ class CronExecution(models.Model):
     trigger = models.CharField(max_length=20, choices=Trigger.choices, default=Trigger.BEAT)
     skip_reason = models.CharField(max_length=20, choices=SkipReason.choices, blank=True)
     forced = models.BooleanField(default=False, help_text="Run past the slot check on purpose")
+    force = models.BooleanField(
+        db_default=False, help_text="Sent with --force: runs even while the job is paused, however often it is sent"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     started = models.DateTimeField(null=True, blank=True)
     ended = models.DateTimeField(null=True, blank=True)
@@ -203,6 +212,11 @@ class CronExecution(models.Model):
         db_default=0, help_text="How often the reconciler sent this execution's message again"
     )
     sentry_checkin_id = models.CharField(max_length=64, blank=True, db_default="")
+    waiting_since = models.DateTimeField(
+        null=True, blank=True,
+        help_text="PENDING or RETRYING behind a live run of its overlap-skip job: when it began to wait "
+                  "(it runs when that run ends)",
+    )
 
     class Meta:
         ordering = ["-slot", "-run_number"]
@@ -276,3 +290,21 @@ class BeatHeartbeat(models.Model):
 
     def __str__(self) -> str:
         return f"{self.identity} ({'leader' if self.leading else 'standby'})"
+
+
+class Lease(models.Model):
+    """A named lease on the database clock (``leadership``): ``beat`` is the beat leader's,
+    ``reconciler`` the running reconciler pass's. The process that wrote ``token`` holds it
+    until ``lease_until``, as PostgreSQL's clock tells."""
+
+    name = models.CharField(max_length=50, primary_key=True)
+    holder = models.CharField(max_length=200, help_text="host:pid")
+    token = models.CharField(max_length=64)
+    lease_until = models.DateTimeField()
+    since = models.DateTimeField(help_text="When this holder took it")
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.holder} until {self.lease_until:%Y-%m-%d %H:%M:%S}"

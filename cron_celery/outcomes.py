@@ -74,6 +74,27 @@ def unstarted(job: registry.Job | None, *, job_id: int, execution_id: int, slot:
     return closed
 
 
+def given_up(job: registry.Job | None, *, job_id: int, execution_id: int, note: str) -> claims.GivenUp | None:
+    """``claims.give_up`` (an attempted execution that reached a paused job) with alerts, signals
+    and the check-in: it ends with its own failure, counted and alerted like any final failure."""
+    with transaction.atomic():
+        ended = claims.give_up(job_id=job_id, execution_id=execution_id, note=note)
+        if ended is not None and alerts.wanted_for(job, ended.status):
+            alerts.record(job=job, job_id=job_id, execution_id=execution_id, status=ended.status, counted=True)
+    if ended is not None:
+        announce(job, execution_id, ended.slot, ended.status, ended.error_code, ended.message)
+    return ended
+
+
+def revoked(job: registry.Job | None, **kwargs: Any) -> claims.Revoked | None:
+    """``claims.revoke`` with the signals and the check-in. A revoked run alerts nobody: somebody
+    stopped it on purpose, and the history shows it."""
+    ended = claims.revoke(**kwargs)
+    if ended is not None and ended.started:
+        announce(job, ended.execution_id, ended.slot, S.REVOKED, "REVOKED", str(kwargs.get("message", "")))
+    return ended
+
+
 def missed(rows: list[tuple[int, int]]) -> int:
     """Alerts for slots recorded MISSED in bulk (beat back after an outage, the reconciler):
     ``rows`` are (job id, the newest MISSED execution id of the job) — one alert per job

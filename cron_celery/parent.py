@@ -15,19 +15,28 @@ parent can, and does so at once instead of waiting for the lease to expire:
 The attempt is found by the job, this host and the child's pid, so a row another worker
 has taken over since is never touched. When the parent itself dies, the reconciler does
 the same after the lease expires.
+
+A revoked task (``celery control revoke``/``terminate``, Flower) ends its execution
+``REVOKED`` at once, final: with ``terminate`` the row is written *before* the child is
+signalled, so whatever the child still does (its own failure write, a retry) finds it ended;
+a message revoked before it ran is recorded when the worker discards it (or at once with
+``terminate``). Nothing is retried, requeued or sent again.
 """
 
 from __future__ import annotations
 
 import logging
+import signal as signals
 from typing import Any
 
 from billiard.einfo import ExceptionWithTraceback  # type: ignore[attr-defined]
 from billiard.exceptions import WorkerLostError
+from celery.concurrency.base import BasePool
+from celery.platforms import signals as celery_signals
 from celery.worker.request import Request
 from django.db import DatabaseError, close_old_connections, connection
 
-from cron_celery import claims, models, outcomes, registry, retries
+from cron_celery import claims, models, outcomes, registry, retries, runs, tasks
 
 logger = logging.getLogger(__name__)
 S = models.Status
@@ -50,22 +59,67 @@ class CronRequest(Request):
         exc = exc_info.exception
         if isinstance(exc, ExceptionWithTraceback):
             exc = exc.exc
-        died = isinstance(exc, WorkerLostError) or (
-            isinstance(exc, SystemExit | KeyboardInterrupt)
-            and not (getattr(self, "_already_cancelled", False) or getattr(self, "_already_revoked", False))
-        )
+        revoked = getattr(self, "_already_revoked", False)  # recorded REVOKED already (``terminate``)
+        stopped = revoked or getattr(self, "_already_cancelled", False)
+        died = (isinstance(exc, WorkerLostError) and not revoked) or (
+            isinstance(exc, SystemExit | KeyboardInterrupt) and not stopped)
         if died:
             ended = self._record(S.LOST, "WORKER_LOST", f"The worker process {self.worker_pid} died: {exc}")
             if ended is not None and ended.status != S.RETRYING:
                 self.acknowledge()  # final: do not let Celery requeue a job that keeps dying
         super().on_failure(exc_info, send_failed_event=send_failed_event, return_ok=return_ok)
 
+    def terminate(self, pool: Any, signal: Any = None) -> None:
+        """``revoke(terminate=True)``: the run is recorded REVOKED before its process is signalled."""
+        number = celery_signals.signum(signal or "SIGTERM")
+        try:
+            name = signals.Signals(number).name
+        except ValueError:
+            name = str(number)
+        if self.time_start and self.worker_pid:
+            if getattr(pool.terminate_job, "__func__", None) is not BasePool.terminate_job:  # solo cannot stop one
+                self._revoke(f"Revoked: its worker process {self.worker_pid} was sent {name} "
+                             "(revoke with terminate).")
+        else:
+            self._revoke("Revoked before it started (revoke with terminate).")
+        super().terminate(pool, signal)
+
+    def _announce_revoked(self, reason: str, terminated: bool, signum: Any, expired: bool) -> None:
+        # Celery's one path for a revoked request: discarded before it ran, or its process
+        # terminated. An expired message (``expires=``) is left to the reconciler, like any
+        # message that did not run in time.
+        if not expired and not getattr(self, "_cron_revoked", False):
+            if terminated:
+                self._revoke(f"Revoked: its worker process was terminated ({signum}).")
+            else:
+                self._revoke("Revoked before it started: the worker discarded its message.")
+        super()._announce_revoked(reason, terminated, signum, expired)  # type: ignore[misc]
+
+    def _revoke(self, message: str) -> None:
+        """Record the revocation once (``claims.revoke``); a failure is logged, never raised into Celery."""
+        job = _job_of(self)
+        if job is None or getattr(self, "_cron_revoked", False):
+            return
+        self._cron_revoked = True
+        header = self.request_dict.get(tasks.HEADER_EXECUTION)
+        try:
+            close_old_connections()
+            ended = outcomes.revoked(job, job_id=runs.job_id(job), message=message,
+                                     execution_id=int(header) if header else None, worker=runs.HOSTNAME,
+                                     pid=int(self.worker_pid) if self.time_start and self.worker_pid else None)
+        except DatabaseError:
+            logger.exception("could not record that %s was revoked", job.name)
+            connection.close()
+            return
+        if ended is not None:
+            logger.warning("%s execution %s now REVOKED: %s", job.name, ended.execution_id, message)
+            if ended.started:  # the job's live run is over: an execution waiting for it may start
+                tasks.send_waiting(self.task.app, job)
+
     def _record(self, status: str, code: str, message: str, *, retry: bool = True) -> claims.Ended | None:
         job = _job_of(self)
         if job is None or not self.worker_pid:
             return None
-        from cron_celery import runs
-
         try:
             close_old_connections()
             ended = outcomes.dead(
@@ -79,6 +133,7 @@ class CronRequest(Request):
         if ended is not None:
             logger.warning("%s execution %s: %s (%s); now %s", job.name, ended.execution_id, message, code,
                            ended.status)
+            tasks.send_waiting(self.task.app, job)  # the job's live run is over: a waiting execution may start
         return ended
 
 
@@ -87,8 +142,6 @@ def _job_of(request: Request) -> registry.Job | None:
 
 
 def _send_retry(request: Request, job: registry.Job, ended: claims.Ended) -> None:
-    from cron_celery import tasks
-
     try:
         tasks.send(request.task.app, job.task_name, execution_id=ended.execution_id, slot=ended.slot,
                    trigger=ended.trigger, countdown=retries.countdown(job, ended.retry_count - 1))

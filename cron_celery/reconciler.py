@@ -23,7 +23,13 @@ the few open executions, not the history, and adds no index to the hot path.
 
 Every change is a conditional statement that locks the job's row first, like the
 worker's claim, so passes on many workers at once (and a live beat) cannot double
-anything; a PostgreSQL advisory lock makes the other workers skip a pass that is running.
+anything; a lease row on the database clock (``leadership``, name ``reconciler``) makes the
+other workers skip a pass that is running. It is a row, not a session advisory lock, so it
+works behind a connection pooler in transaction mode; a worker that dies mid-pass leaves it
+until it runs out (``pass_lease_seconds``), and a pass that outlives it only overlaps another,
+which is safe. Every "is it late" decision compares with the database's clock: steps 1, 2 and 4
+in SQL (``now()``), step 3 with ``leadership.database_now()``, so a worker whose clock is off
+neither records slots early nor misses them.
 The workers run a pass every ``RECONCILE["INTERVAL"]`` seconds (a timer thread started
 when the worker is ready); ``cron_celery.reconcile`` is also a Celery task, and
 ``manage.py reconcile_cron`` runs one pass by hand.
@@ -34,21 +40,36 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
+import os
+import socket
 import threading
+import time
+import uuid
 from typing import Any
 
 from celery import current_app, shared_task, signals
 from django.db import DatabaseError, close_old_connections, connection
-from django.utils import timezone
 
-from cron_celery import alerts, beat, claims, conf, models, outcomes, registry, schedules, tasks
+from cron_celery import (
+    alerts,
+    beat,
+    claims,
+    conf,
+    inflight,
+    leadership,
+    models,
+    outcomes,
+    registry,
+    schedules,
+    tasks,
+)
 
 logger = logging.getLogger(__name__)
 S = models.Status
 EXE = models.CronExecution._meta.db_table
 JOB = models.CronJob._meta.db_table
-#: ``pg_try_advisory_lock`` key: one pass at a time across all workers.
-ADVISORY_KEY = 0x43524F4E  # "CRON"
+#: The name of the lease row that lets one pass run at a time across all workers.
+PASS_LEASE = "reconciler"
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -61,6 +82,7 @@ class Report:
     resent: int = 0  # stranded PENDING or RETRYING executions sent again
     missed: int = 0  # MISSED rows written (stranded or undispatched slots)
     abandoned: int = 0  # executions LOST after REPUBLISH_LIMIT sends
+    waiting: int = 0  # late executions whose message is still queued or held by a worker: left alone
     alerts: int = 0  # undelivered alerts queued again
 
     def __str__(self) -> str:
@@ -71,26 +93,31 @@ class Report:
         return ", ".join(f"{key} {value}" for key, value in fields.items())
 
 
+def pass_lease_seconds(options: dict[str, Any]) -> float:
+    """How long a pass's lease lasts: far longer than a pass takes (a pass that outlives it only
+    overlaps the next, which is safe), and short enough that a worker killed mid-pass holds up
+    the others' passes for no more than a minute or two intervals."""
+    return max(60.0, 2 * float(options["INTERVAL"]))
+
+
 def run_pass(now: dt.datetime | None = None) -> Report:
-    """One bounded pass of the four steps (see the module's docstring)."""
+    """One bounded pass of the four steps (see the module's docstring). ``now`` (tests only)
+    replaces the database's clock in step 3."""
     options = conf.settings.RECONCILE
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s)", [ADVISORY_KEY])
-        row = cursor.fetchone()
-    if not (row and row[0]):
+    token = uuid.uuid4().hex
+    if not leadership.hold(PASS_LEASE, token, f"{socket.gethostname()}:{os.getpid()}", pass_lease_seconds(options)):
         return Report(ran=False)
     try:
         report = Report()
         _expired_leases(report, int(options["BATCH"]))
         _stranded(report, options)
-        _undispatched(report, now or timezone.now(), options)
+        _undispatched(report, now or leadership.database_now(), options)
         report.alerts = alerts.redeliver(float(options["PENDING_GRACE"]), int(options["BATCH"]))
         if report.lost or report.resent or report.missed or report.abandoned or report.alerts:
             logger.warning("cron_celery reconciler: %s", report)
         return report
     finally:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_unlock(%s)", [ADVISORY_KEY])
+        leadership.release(PASS_LEASE, token)
 
 
 def _expired_leases(report: Report, batch: int) -> None:
@@ -117,6 +144,9 @@ def _expired_leases(report: Report, batch: int) -> None:
         report.lost += 1
         if ended.status == S.RETRYING and _send(task_name, ended.execution_id, ended.slot, ended.trigger):
             report.retried += 1
+        job = registry.by_task_name(task_name)
+        if job is not None:  # the job's live run is over: an execution waiting for it may start
+            tasks.send_waiting(current_app, job)
 
 
 def _stranded(report: Report, options: dict[str, Any]) -> None:
@@ -125,19 +155,45 @@ def _stranded(report: Report, options: dict[str, Any]) -> None:
         cursor.execute(
             f"""
             SELECT e.id, e.job_id, e.slot, e.status, e.trigger, e.republished, e.celery_task_id,
-                   j.task, j.catch_up,
+                   j.task, j.catch_up, e.waiting_since IS NOT NULL,
                    EXISTS (SELECT 1 FROM {EXE} AS newer WHERE newer.job_id = e.job_id AND newer.slot > e.slot
-                           AND newer.trigger IN ('BEAT', 'CATCH_UP'))
+                           AND newer.trigger IN ('BEAT', 'CATCH_UP')),
+                   e.created_at
             FROM {JOB} AS j CROSS JOIN LATERAL (
                 SELECT * FROM {EXE} WHERE job_id = j.id AND status IN ('PENDING', 'RETRYING')
                   AND coalesce(lease_until, created_at) < now() - make_interval(secs => %s)) AS e
+            -- A waiting execution is stranded only once its job is free, and only the job's
+            -- oldest one: it is the one that runs next.
+            WHERE e.waiting_since IS NULL OR (
+                NOT EXISTS (SELECT 1 FROM {EXE} AS r WHERE r.job_id = e.job_id AND r.status = 'RUNNING'
+                            AND r.lease_until > now())
+                AND e.id = (SELECT w.id FROM {EXE} AS w WHERE w.job_id = e.job_id
+                            AND w.status IN ('PENDING', 'RETRYING') AND w.waiting_since IS NOT NULL
+                            ORDER BY w.slot, w.id LIMIT 1))
             ORDER BY e.job_id, e.slot LIMIT %s
             """,
             [grace, int(options["BATCH"])],
         )
         rows = cursor.fetchall()
+    verdicts = _where_are({str(row[6]): str(row[7]) for row in rows if row[6]})
     limit = int(options["REPUBLISH_LIMIT"])
-    for execution_id, job_id, slot, status, trigger, republished, task_id, task_name, catch_up, newer in rows:
+    late: list[tuple[dt.datetime, int]] = []
+    for (execution_id, job_id, slot, status, trigger, republished, task_id, task_name, catch_up, waits,
+         newer, created_at) in rows:
+        verdict = verdicts.get(task_id, inflight.GONE) if task_id else inflight.GONE
+        if verdict == inflight.QUEUED:
+            # Late, not lost: behind a backlog, prefetched, or waiting for its countdown.
+            if _mark_late(execution_id):
+                report.waiting += 1
+                late.append((created_at, execution_id))
+            continue
+        if verdict == inflight.UNKNOWN or waits:
+            # The broker cannot tell (a RabbitMQ queue with a backlog), or the execution was
+            # asked for and waited its turn: send it again, never give it up — the claim runs it
+            # once, whichever copy arrives first.
+            if _send(task_name, execution_id, slot, trigger, task_id or None) and _mark_late(execution_id):
+                report.resent += 1
+            continue
         by_beat = status == S.PENDING and trigger in (models.Trigger.BEAT, models.Trigger.CATCH_UP)
         if by_beat and (catch_up == models.CatchUp.NONE or (catch_up == models.CatchUp.LATEST and newer)):
             policy = "its catch-up policy is 'none'" if catch_up == models.CatchUp.NONE else \
@@ -161,6 +217,47 @@ def _stranded(report: Report, options: dict[str, Any]) -> None:
         if _send(task_name, execution_id, slot, trigger, task_id or None):  # counted only once sent
             _mark_resent(execution_id)
             report.resent += 1
+    if late:
+        oldest, execution_id = min(late)
+        logger.warning("cron_celery reconciler: %d execution(s) not started yet but still queued or held by a "
+                       "worker (the oldest, execution %s, since %s): a backlog, or a queue no worker consumes",
+                       len(late), execution_id, oldest.isoformat())
+
+
+def _where_are(task_names: dict[str, str]) -> dict[str, str]:
+    """Where the messages of these task ids (task id -> task name) are: ``inflight`` verdicts.
+
+    A message is taken for gone only when two looks a moment apart both miss it (the second
+    where workers hold messages: one may have been taken off its queue in between). On a
+    transport ``inflight`` cannot read, every message counts as gone: the grace period alone
+    decides, as before."""
+    if not task_names:
+        return {}
+    wanted = {task_id: inflight.queue_of(current_app, name, tasks.message_options(current_app, name))
+              for task_id, name in task_names.items()}
+    try:
+        first = inflight.locate(current_app, wanted)
+        if first is None:
+            return {}
+        gone = {task_id: wanted[task_id] for task_id, verdict in first.items() if verdict == inflight.GONE}
+        if gone:
+            time.sleep(0.2)
+            first.update(inflight.locate(current_app, gone, held_only=True) or {})
+    except Exception as error:  # the broker is down: nothing can be on its way through it
+        logger.warning("reconciler could not look for queued messages: %s", error)
+        return {}
+    return first
+
+
+def _mark_late(execution_id: int) -> bool:
+    """Restart the grace period of an execution whose message is still on its way, or was sent
+    again without being counted (``republished`` counts sends of messages found gone)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {EXE} SET lease_until = now() WHERE id = %s AND status IN ('PENDING', 'RETRYING')",
+            [execution_id],
+        )
+        return bool(cursor.rowcount == 1)
 
 
 def _mark_resent(execution_id: int) -> bool:

@@ -58,6 +58,11 @@ class Job:
         return dict(self.notify).get(kind) if self.notify is not None else None
 
     @property
+    def exclusive(self) -> bool:
+        """Never two runs at once (overlap ``skip``, or the ``rate_limited`` pattern)."""
+        return self.overlap == models.Overlap.SKIP or self.pattern == models.ExecutionPattern.RATE_LIMITED
+
+    @property
     def tzinfo(self) -> zoneinfo.ZoneInfo:
         return zoneinfo.ZoneInfo(self.timezone)
 

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import datetime as dt
 import inspect
 import json
 import logging
+import math
 import os
+import re
 import socket
 import threading
 import traceback as tb
@@ -16,13 +19,14 @@ from collections.abc import Callable
 from typing import Any
 
 from celery.exceptions import SoftTimeLimitExceeded
-from django.db import DatabaseError
+from django.db import DatabaseError, DataError, connection, transaction
 
 from cron_celery import (
     claims,
     conf,
     exceptions,
     leases,
+    limits,
     locks,
     models,
     outcomes,
@@ -76,7 +80,7 @@ class Run:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Outcome:
-    """What happened to one call; ``status`` is a ``Status`` value, or ``DUPLICATE``/``FENCED``."""
+    """What happened to one call; ``status`` is a ``Status`` value, or ``DUPLICATE``/``FENCED``/``WAITING``."""
 
     job: str
     slot: dt.datetime
@@ -89,6 +93,7 @@ class Outcome:
     result: Any = None
     exc: BaseException | None = None
     countdown: float | None = None  # RETRYING: seconds until the next attempt
+    frees_job: bool = False  # a run of the job ended, or a waiting one gave up: the next waiting one may start
 
     @property
     def ok(self) -> bool:
@@ -96,6 +101,8 @@ class Outcome:
 
 
 FENCED = "FENCED"
+#: The execution waits for the job's live run (``claims.WAITING``); it is sent again when that run ends.
+WAITING = claims.WAITING
 _job_ids: dict[registry.Job, int] = {}
 
 
@@ -133,20 +140,56 @@ def job_id(job: registry.Job, *, refresh: bool = False) -> int:
     return _job_ids[job]
 
 
+#: Code points PostgreSQL cannot store in text: lone surrogates (how Python hands over bytes
+#: that are not UTF-8, e.g. ``os.fsdecode`` of a file name) cannot even be encoded to send.
+_SURROGATES = re.compile("[\ud800-\udfff]")
+#: A surrogate escaped by ``json.dumps`` (jsonb refuses it too).
+_ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _text(text: str) -> str:
+    """``text`` without what PostgreSQL cannot store: NUL and lone surrogates become U+FFFD."""
+    return _SURROGATES.sub("\ufffd", text.replace("\x00", "\ufffd"))
+
+
 def _clean(text: str, limit: int) -> str:
-    """PostgreSQL text cannot hold NUL; long text is cut with a visible marker."""
-    text = text.replace("\x00", "\ufffd")
+    """Storable text (see ``_text``); long text is cut with a visible marker."""
+    text = _text(text)
     if len(text) > limit:
         cut = len(text) - limit
         text = f"{text[:limit]}\n… [truncated {cut} characters]"
     return text
 
 
+def _storable(value: Any) -> Any:
+    """``value`` with what JSON allows and jsonb refuses replaced: NaN and the infinities become
+    the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"``; lone surrogates in strings (and keys)
+    become U+FFFD. Anything else is left for ``json.dumps`` to accept or refuse."""
+    if isinstance(value, str):
+        return _SURROGATES.sub("\ufffd", value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {_storable(key) if isinstance(key, str | float) else key: _storable(item)
+                for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_storable(item) for item in value]
+    return value
+
+
 def _jsonable(value: Any) -> tuple[Any, str]:
     """(value to store in ``result``, error message if it cannot be stored as JSON)."""
     try:
-        encoded = json.dumps(value)
-    except (TypeError, ValueError) as exc:
+        try:
+            encoded = json.dumps(value, allow_nan=False)
+        except ValueError:  # NaN or an infinity: JSON's own encoder allows them, jsonb does not
+            value = _storable(value)
+            encoded = json.dumps(value, allow_nan=False)
+        else:
+            if _ESCAPED_SURROGATE.search(encoded):
+                value = _storable(value)
+                encoded = json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as exc:
         preview = _clean(repr(value), 200)
         return None, (
             f"The job returned a value that is not JSON-serialisable "
@@ -194,7 +237,30 @@ def describe_exception(exc: BaseException) -> tuple[str, str, str, str]:
     if isinstance(exc, SoftTimeLimitExceeded):
         return S.TIMED_OUT, message, "TIME_LIMIT", trace
     code = getattr(exc, "error_code", "") or type(exc).__name__
-    return S.FAILED, message, str(code)[:50], trace
+    return S.FAILED, message, _clean(str(code), 50)[:50], trace
+
+
+#: The error code of an outcome that could not be stored as it was (see ``_record``).
+UNSTORABLE = "RESULT_NOT_STORABLE"
+
+
+def _record(job: registry.Job, claim: claims.Claim, slot: dt.datetime, *, countdown: float | None,
+            check_in_id: str, status: str, message: str, error_code: str, traceback: str,
+            result: Any) -> str | bool:
+    """Write the attempt's outcome: ``RETRYING`` if ``countdown`` is given and the job's row allows
+    another attempt, else the final outcome (True; False when fenced). Inside a transaction
+    (an in-process call) it runs in a savepoint, so a refused write leaves the transaction usable."""
+    assert claim.execution_id is not None and claim.fence is not None
+    with transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext():
+        if countdown is not None and claims.retry(
+                job_id=job_id(job), execution_id=claim.execution_id, fence=claim.fence, status=status,
+                message=message, error_code=error_code, traceback=traceback, countdown=countdown):
+            return S.RETRYING
+        return outcomes.finish(
+            job, job_id(job), claim.execution_id, slot, fence=claim.fence, status=status, message=message,
+            error_code=error_code, traceback=traceback, result=result, check_in_id=check_in_id,
+            history=claim.retry_count > 0,  # a first attempt has no history to close
+        )
 
 
 def call_job(func: Callable[..., Any], *args: Any) -> Any:
@@ -267,6 +333,23 @@ def execute(
                        extra=extra)
         return Outcome(job=job.name, slot=slot, status=claims.DUPLICATE, execution_id=claim.execution_id,
                        message=S.LOST)
+    if claim.outcome == claims.WAITING:
+        logger.info("%s %s waits for execution %s of the job to end (%s)", job.name, schedules.iso(slot),
+                    claim.blocker, claim.skip_reason, extra=extra)
+        return Outcome(job=job.name, slot=slot, status=WAITING, execution_id=claim.execution_id,
+                       run_number=claim.run_number, skip_reason=claim.skip_reason,
+                       message=f"waiting for execution {claim.blocker}")
+    if claim.outcome == claims.GIVE_UP:
+        assert claim.execution_id is not None
+        given = outcomes.given_up(job, job_id=job_id(job), execution_id=claim.execution_id,
+                                  note="not retried: the job is paused")
+        if given is None:
+            return Outcome(job=job.name, slot=slot, status=claims.DUPLICATE, execution_id=claim.execution_id,
+                           message="CHANGED")
+        logger.warning("%s %s %s: its job is paused, so it is not retried: %s", job.name, schedules.iso(slot),
+                       given.status, given.message[:200], extra=extra)
+        return Outcome(job=job.name, slot=slot, status=given.status, execution_id=claim.execution_id,
+                       message=given.message, error_code=given.error_code, frees_job=True)
     if claim.outcome == claims.DUPLICATE:
         logger.info("execution %s already %s; this delivery does nothing",
                     claim.execution_id, claim.status_seen, extra=extra)
@@ -281,7 +364,9 @@ def execute(
         return Outcome(job=job.name, slot=slot, status=S.SKIPPED,
                        execution_id=claim.execution_id, run_number=claim.run_number,
                        skip_reason=claim.skip_reason,
-                       message=claims.SKIP_MESSAGES[claim.skip_reason])
+                       message=claims.SKIP_MESSAGES[claim.skip_reason],
+                       # A paused job skips its waiting executions one after the other.
+                       frees_job=claim.skip_reason == models.SkipReason.PAUSED and execution_id is not None)
     assert claim.execution_id is not None and claim.fence is not None
     cancelled = threading.Event()
     run = Run(
@@ -302,34 +387,37 @@ def execute(
         cancelled.set()
     error: BaseException | None = None
     trace = ""
+    held = limits.NOT_HELD
     try:
         try:
             value = call(run)
-        except BaseException as exc:  # recorded, then re-raised by the caller
-            error = exc
-            status, message, code, trace = describe_exception(exc)
-            stored = None
-        else:
-            status, message, code, stored = interpret(value)
-    finally:
-        leases.untrack(claim.execution_id)
-    countdown: float | None = None
+        finally:
+            # The body is over: from here until the outcome is written the soft time limit is
+            # held off (landing in the write it would roll it back, and the body would run again).
+            try:
+                held = limits.hold()
+            finally:
+                leases.untrack(claim.execution_id)
+    except BaseException as exc:  # recorded, then re-raised by the caller
+        error = exc
+        status, message, code, trace = describe_exception(exc)
+        stored = None
+    else:
+        status, message, code, stored = interpret(value)
+    countdown = retries.countdown(job, claim.retry_count) if (
+        allow_retry and retries.wanted(job, status, error, claim.retry_count)) else None
     try:
-        if allow_retry and retries.wanted(job, status, error, claim.retry_count):
-            countdown = retries.countdown(job, claim.retry_count)
-            if claims.retry(job_id=job_id(job), execution_id=claim.execution_id, fence=claim.fence,
-                            status=status, message=message, error_code=code, traceback=trace,
-                            countdown=countdown):
-                logger.warning("%s %s attempt %d %s, retrying in %.1f s: %s", job.name, schedules.iso(slot),
-                               run.attempt, status, countdown, message[:200], extra=extra)
-                return Outcome(job=job.name, slot=slot, status=S.RETRYING, execution_id=claim.execution_id,
-                               run_number=claim.run_number, message=message, error_code=code,
-                               exc=error, countdown=countdown)
-        written = outcomes.finish(
-            job, job_id(job), claim.execution_id, slot, fence=claim.fence, status=status, message=message,
-            error_code=code, traceback=trace, result=stored, check_in_id=check_in_id,
-            history=claim.retry_count > 0,  # a first attempt has no history to close
-        )
+        try:
+            written = _record(job, claim, slot, countdown=countdown, check_in_id=check_in_id, status=status,
+                              message=message, error_code=code, traceback=trace, result=stored)
+        except (DataError, ValueError) as problem:  # the data, not the connection: record what can be
+            logger.exception("the outcome of execution %s (%s) cannot be stored; recording %s instead",
+                             claim.execution_id, status, UNSTORABLE, extra=extra)
+            message = _clean(f"The outcome ({status}: {message[:200]}) could not be stored: "
+                             f"{type(problem).__name__}: {str(problem)[:500]}", 1000)
+            status, code, trace, stored = S.FAILED, UNSTORABLE, "", None
+            written = _record(job, claim, slot, countdown=countdown, check_in_id=check_in_id, status=status,
+                              message=message, error_code=code, traceback=trace, result=stored)
     except DatabaseError:
         logger.exception("could not record the outcome of execution %s", claim.execution_id,
                          extra=extra)
@@ -338,7 +426,19 @@ def execute(
         # Released only after the outcome is written, so nobody starts before it is.
         if job_lock is not None:
             job_lock.release()
-    if not written:
+        limits.release(held, extra)
+    if written == S.RETRYING:
+        assert countdown is not None
+        logger.warning("%s %s attempt %d %s, retrying in %.1f s: %s", job.name, schedules.iso(slot),
+                       run.attempt, status, countdown, message[:200], extra=extra)
+        return Outcome(job=job.name, slot=slot, status=S.RETRYING, execution_id=claim.execution_id,
+                       run_number=claim.run_number, message=message, error_code=code,
+                       exc=error, countdown=countdown, frees_job=True)
+    if not written and claims.status_of(claim.execution_id) == S.REVOKED:
+        logger.warning("execution %s was revoked while it ran: its outcome (%s) is not recorded",
+                       claim.execution_id, status, extra=extra)
+        status = S.REVOKED
+    elif not written:
         claims.count_fenced(job_id(job))
         logger.warning("execution %s was fenced: its outcome (%s) is not recorded",
                        claim.execution_id, status, extra=extra)
@@ -348,4 +448,4 @@ def execute(
         log("%s %s %s: %s", job.name, schedules.iso(slot), status, message[:200], extra=extra)
     return Outcome(job=job.name, slot=slot, status=status, execution_id=claim.execution_id,
                    run_number=claim.run_number, message=message, error_code=code,
-                   result=stored, exc=error)
+                   result=stored, exc=error, frees_job=True)

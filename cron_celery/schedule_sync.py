@@ -10,6 +10,7 @@ unlinked and their periodic task disabled, never deleted.
 Database triggers (migration 0003) bump ``CronJob.schedule_version`` on any edit of a
 linked periodic task or of its schedule row; ``apply_edits()`` re-reads just those jobs,
 stores the schedule in effect on the job row and moves ``next_run_at`` when it changed.
+An edit that cannot drive its job is refused for that job alone (``schedule_problems``).
 The beat calls it every tick: an idle call is one indexed query that finds nothing.
 """
 
@@ -24,7 +25,7 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 from django_celery_beat.models import CrontabSchedule, IntervalSchedule, PeriodicTask, PeriodicTasks
 
-from cron_celery import exceptions, models, registry, runs, schedules
+from cron_celery import exceptions, models, registry, runs, schedule_problems, schedules
 
 logger = logging.getLogger(__name__)
 
@@ -32,12 +33,6 @@ JOB = models.CronJob._meta.db_table
 TASK = PeriodicTask._meta.db_table
 CRONTAB = CrontabSchedule._meta.db_table
 INTERVAL = IntervalSchedule._meta.db_table
-
-_PERIOD_SECONDS = {
-    IntervalSchedule.DAYS: 86400, IntervalSchedule.HOURS: 3600,
-    IntervalSchedule.MINUTES: 60, IntervalSchedule.SECONDS: 1,
-}
-
 
 @dataclasses.dataclass
 class SyncReport:
@@ -58,6 +53,7 @@ def in_effect(job: registry.Job) -> registry.Job:
         return job
     try:
         schedule = schedules.parse_expression(row["schedule"], row["schedule_timezone"] or None)
+        schedule.next_after(timezone.now())  # one that never fires is no schedule
     except exceptions.InvalidSchedule:
         return job
     return dataclasses.replace(job, schedule=schedule)
@@ -196,28 +192,18 @@ def _write_from_code(job: registry.Job, job_id: int, digest: str, report: SyncRe
             periodic_task=task, declaration_hash=digest, schedule_version=row.schedule_version + 1)
 
 
-def effective_schedule(
-    crontab: tuple[str, str, str, str, str, str] | None, interval: tuple[int, str] | None
-) -> schedules.Schedule:
-    """Our schedule for a periodic task's crontab row or interval row."""
-    if crontab is not None:
-        minute, hour, day_of_month, month_of_year, day_of_week, tz = crontab
-        return schedules.Cron(minute, hour, day_of_month, month_of_year, day_of_week, timezone=str(tz or "UTC"))
-    if interval is not None:
-        every, period = interval
-        if period not in _PERIOD_SECONDS:
-            raise exceptions.InvalidSchedule("intervals of days, hours, minutes or seconds only", value=period)
-        return schedules.Interval(int(every) * _PERIOD_SECONDS[period])
-    raise exceptions.InvalidSchedule("cron jobs run on a crontab or an interval schedule (not solar or clocked)",
-                                     value="")
-
-
 def apply_edits(now: dt.datetime | None = None, limit: int = 1000) -> int:
     """Take in the admin edits made since the last call; returns how many jobs were read.
 
     A job whose schedule changed gets the first slot of the new schedule after ``now`` as
     its ``next_run_at``; a job re-enabled after a pause starts at its next slot (paused
     slots are not caught up).
+
+    An edit that cannot drive the job (it never fires, a solar or clocked schedule, a field
+    or timezone that does not parse, an interval under a second...) is refused for that job
+    alone: the job keeps its previous schedule and next slot — or, with none, is paused —
+    and the reason is stored in ``schedule_problem`` (the dashboard shows it), logged, and
+    alerted on the job's failure channels once per new reason. A usable edit clears it.
     """
     now = now or timezone.now()
     with connection.cursor() as cursor:
@@ -225,7 +211,7 @@ def apply_edits(now: dt.datetime | None = None, limit: int = 1000) -> int:
             f"""
             SELECT job.id, job.schedule_version, job.schedule, job.schedule_timezone, job.next_run_at,
                    task.enabled, c.minute, c.hour, c.day_of_month, c.month_of_year, c.day_of_week,
-                   c.timezone, i.every, i.period, job.name, job.timezone
+                   c.timezone, i.every, i.period, job.name, job.timezone, job.code, job.schedule_problem
             FROM {JOB} AS job
             LEFT JOIN {TASK} AS task ON task.id = job.periodic_task_id
             LEFT JOIN {CRONTAB} AS c ON c.id = task.crontab_id
@@ -236,47 +222,64 @@ def apply_edits(now: dt.datetime | None = None, limit: int = 1000) -> int:
             [limit],
         )
         rows = cursor.fetchall()
-    updates: list[tuple[int, int, str, str, bool, dt.datetime | None]] = []
-    parsed: dict[tuple[object, object], schedules.Schedule] = {}
+    updates: list[tuple[int, int, str, str, bool, dt.datetime | None, str, bool | None]] = []
+    readings: dict[tuple[object, object], schedule_problems.Reading] = {}  # thousands of jobs share a few schedules
+    raised: dict[int, schedule_problems.Problem] = {}
     for (job_id, version, stored, stored_tz, next_run_at, enabled, minute, hour, dom, moy, dow, tz,
-         every, period, name, job_tz) in rows:
-        schedule_text, schedule_tz = stored, stored_tz
-        move, next_at = False, next_run_at
+         every, period, name, job_tz, code, known_problem) in rows:
+        schedule_text, schedule_tz, problem = stored, stored_tz, ""
+        move, next_at, paused = False, next_run_at, None  # paused None: leave the flag as it is
         if enabled is not None:
             crontab = (minute, hour, dom, moy, dow, str(tz or "")) if minute is not None else None
             interval = (every, period) if every is not None else None
-            try:
-                if (crontab, interval) not in parsed:  # thousands of jobs share a few schedules
-                    parsed[crontab, interval] = effective_schedule(crontab, interval)
-                effective = parsed[crontab, interval]
-            except exceptions.InvalidSchedule as error:
-                logger.error("cron job %s: its periodic task's schedule cannot drive it (%s); "
-                             "keeping %r", name, error, stored)
-                effective = None
-            if effective is not None:
+            if (crontab, interval) not in readings:
+                readings[crontab, interval] = schedule_problems.read_schedule(crontab, interval, now)
+            reading = readings[crontab, interval]
+            if reading.schedule is not None:
+                effective = reading.schedule
                 schedule_text = effective.expression
                 schedule_tz = effective.timezone if isinstance(effective, schedules.Cron) else job_tz
                 changed = (schedule_text, schedule_tz) != (stored, stored_tz)
                 if enabled and (changed or next_run_at is None):
-                    move, next_at = True, effective.next_after(now)
+                    move, next_at = True, reading.first
                     if stored and changed:  # an edit, not a job's first schedule
-                        logger.info("cron job %s: schedule %s; next slot %s", name, effective, schedules.iso(next_at))
+                        logger.info("cron job %s: schedule %s; next slot %s", name, effective,
+                                    schedules.iso(next_at) if next_at else "-")
+                if known_problem:
+                    logger.warning("cron job %s: its schedule can drive it again (%s)", name, effective)
+            else:
+                problem = reading.problem
+                if enabled and next_run_at is None:  # resumed, or never scheduled: the previous schedule
+                    move, next_at = True, schedule_problems.previous_next(stored, stored_tz, now)
             if not enabled:
                 move, next_at = True, None
-        updates.append((job_id, version, schedule_text, schedule_tz or "", move, next_at))
+            paused = not enabled or (bool(problem) and next_at is None)
+            if problem:
+                kept = "disabled" if not enabled else "paused" if next_at is None else f"keeping {stored!r}"
+                logger.error("cron job %s: its periodic task's schedule cannot drive it (%s); %s until it is fixed",
+                             name, problem, kept)
+                if problem != known_problem:
+                    raised[job_id] = schedule_problems.Problem(code=code, name=name, problem=problem, kept=kept)
+        updates.append((job_id, version, schedule_text, schedule_tz or "", move, next_at, problem, paused))
+    written: set[int] = set()
     if updates:
         with connection.cursor() as cursor:
             cursor.execute(
                 f"""
                 UPDATE {JOB} AS job
                    SET schedule = d.schedule, schedule_timezone = d.tz, schedule_seen = d.version,
-                       next_run_at = CASE WHEN d.move THEN d.next_run_at ELSE job.next_run_at END
+                       next_run_at = CASE WHEN d.move THEN d.next_run_at ELSE job.next_run_at END,
+                       schedule_problem = d.problem, paused = coalesce(d.paused, job.paused)
                   FROM unnest(%s::bigint[], %s::bigint[], %s::text[], %s::text[], %s::boolean[],
-                              %s::timestamptz[]) AS d(job_id, version, schedule, tz, move, next_run_at)
+                              %s::timestamptz[], %s::text[], %s::boolean[])
+                       AS d(job_id, version, schedule, tz, move, next_run_at, problem, paused)
                  WHERE job.id = d.job_id AND job.schedule_version = d.version
+                RETURNING job.id
                 """,
                 [list(column) for column in zip(*updates, strict=True)],
             )
+            written = {int(row[0]) for row in cursor.fetchall()}
+    schedule_problems.alert([found for job_id, found in raised.items() if job_id in written])
     return len(rows)
 
 

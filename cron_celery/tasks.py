@@ -11,7 +11,7 @@ from typing import Any, ClassVar, TypeVar, overload
 import celery
 from celery import shared_task
 
-from cron_celery import claims, exceptions, models, registry, runs, schedules
+from cron_celery import claims, exceptions, models, registry, runs, schedules, waiting
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +41,36 @@ def headers(execution_id: int, slot: dt.datetime, trigger: str, *, force: bool =
     return values
 
 
+#: The Celery task attributes that say where a job's message goes (``queue=``,
+#: ``priority=``... given to the decorator or set on the task's class).
+MESSAGE_OPTIONS = ("queue", "routing_key", "exchange", "exchange_type", "priority", "delivery_mode")
+
+
+def message_options(app: celery.Celery, task_name: str) -> dict[str, Any]:
+    """The options every message of a job is sent with — beat's dispatch, ``send_run``
+    (``--enqueue``, the admin, the API, backfills), retries, the parent's and the
+    reconciler's resends: the task's own ``queue``, ``routing_key``, ``priority``...
+    ``send_task`` then applies ``task_routes`` to what the task leaves unset (the task's own
+    options win, as with ``apply_async``). Passed explicitly because before Celery 5.7
+    ``send_task`` ignored the task's options, and 5.7 applies them only once the app is
+    finalized. A task this process does not know gets ``task_routes`` alone."""
+    try:
+        task = app.tasks.get(task_name)
+    except RuntimeError:  # an app declared with autofinalize=False that is not finalized yet
+        task = None
+    if task is None:
+        return {}
+    return {name: value for name in MESSAGE_OPTIONS if (value := getattr(task, name, None)) is not None}
+
+
+def publish(app: celery.Celery, task_name: str, message_headers: dict[str, Any], *, task_id: str | None = None,
+            countdown: float | None = None, **transport: Any) -> Any:
+    """Send one message of a job with its routing (``message_options``); ``transport`` is
+    ``producer=`` or ``connection=``. Returns Celery's ``AsyncResult``."""
+    return app.send_task(task_name, task_id=task_id, headers=message_headers, countdown=countdown,
+                         **message_options(app, task_name), **transport)
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Sent:
     """A run sent to the workers on request: its PENDING execution and Celery task."""
@@ -59,11 +89,10 @@ def send_run(job: registry.Job, slot: dt.datetime, trigger: str, *, force: bool 
 
     execution_id, run_number = claims.enqueue(
         job=job, job_id=runs.job_id(job), slot=slot, execution_date=schedules.execution_date(slot, job.tzinfo),
-        trigger=trigger, forced=force or rerun,
+        trigger=trigger, forced=force or rerun, force=force,
     )
     try:
-        result = current_app.send_task(job.task_name, headers=headers(execution_id, slot, trigger, force=force,
-                                                                      rerun=rerun))
+        result = publish(current_app, job.task_name, headers(execution_id, slot, trigger, force=force, rerun=rerun))
     except Exception as exc:
         # Nothing was sent: close the PENDING row so it does not block the slot.
         claims.abandon(execution_id, f"Could not send the run to the broker: {exc}")
@@ -75,8 +104,33 @@ def send_run(job: registry.Job, slot: dt.datetime, trigger: str, *, force: bool 
 def send(app: celery.Celery, task_name: str, *, execution_id: int, slot: dt.datetime, trigger: str,
          countdown: float | None = None, celery_task_id: str | None = None) -> None:
     """Send a message for an existing execution (a retry, or the reconciler re-sending one)."""
-    app.send_task(task_name, task_id=celery_task_id, headers=headers(execution_id, slot, trigger),
-                  countdown=countdown)
+    publish(app, task_name, headers(execution_id, slot, trigger), task_id=celery_task_id, countdown=countdown)
+
+
+def _due(options: dict[str, Any]) -> dt.datetime:
+    """When a message sent with these ``apply_async`` options is due to run (UTC)."""
+    eta = options.get("eta")
+    if isinstance(eta, str):
+        eta = dt.datetime.fromisoformat(eta)
+    if isinstance(eta, dt.datetime):  # naive: UTC, as Celery reads it by default
+        return eta if eta.tzinfo is not None else eta.replace(tzinfo=dt.UTC)
+    now = dt.datetime.now(dt.UTC)
+    countdown = options.get("countdown")
+    return now + dt.timedelta(seconds=float(countdown)) if countdown else now
+
+
+def send_waiting(app: celery.Celery, job: registry.Job) -> None:
+    """A run of this overlap-``skip`` job just ended: send its oldest waiting execution, if
+    any (``waiting``). If the broker refuses, the reconciler sends it after ``PENDING_GRACE``."""
+    if not job.exclusive:
+        return
+    try:
+        nxt = waiting.next_to_run(runs.job_id(job))
+        if nxt is not None:
+            send(app, nxt.task_name, execution_id=nxt.execution_id, slot=nxt.slot, trigger=nxt.trigger,
+                 celery_task_id=nxt.celery_task_id or None)
+    except Exception:  # the outcome is recorded; the reconciler covers a lost send
+        logger.exception("could not send the execution of %s that waits for the run that just ended", job.name)
 
 
 class TrackedTask(celery.Task):  # type: ignore[type-arg]
@@ -123,12 +177,15 @@ class TrackedTask(celery.Task):  # type: ignore[type-arg]
             trigger=trigger, execution_id=int(execution_id) if execution_id else None,
             force=force, rerun=rerun, celery_task_id=request.id or "", allow_retry=on_worker,
         )
+        if outcome.frees_job:
+            send_waiting(self.app, job)
         if outcome.status == models.Status.RETRYING and outcome.execution_id is not None:
             # The lock is released and the row says RETRYING; the new message claims it.
             raise self.retry(
                 countdown=outcome.countdown, exc=outcome.exc if isinstance(outcome.exc, Exception) else None,
                 max_retries=job.max_retries,
                 headers=headers(outcome.execution_id, slot, trigger, force=force, rerun=rerun),
+                **message_options(self.app, self.name),
             )
         if outcome.exc is not None:
             raise outcome.exc
@@ -138,6 +195,16 @@ class TrackedTask(celery.Task):  # type: ignore[type-arg]
             "message": outcome.message[:500],
             "result": outcome.result,
         }
+
+    def apply_async(self, args: Any = None, kwargs: Any = None, *rest: Any, **options: Any) -> Any:
+        """Send a message; one that names no slot (``delay()``) names its minute now — the
+        minute it is due (``eta``/``countdown``), else the current one — so a redelivery later (a
+        worker died) runs the same slot, not the minute it arrives in."""
+        message_headers = dict(options.pop("headers", None) or {})
+        named = bool(kwargs) and any(key in kwargs for key in ("slot", "execution_date"))
+        if not named and HEADER_SLOT not in message_headers and HEADER_EXECUTION not in message_headers:
+            message_headers[HEADER_SLOT] = schedules.iso(schedules.floor_minute(_due(options)))
+        return super().apply_async(args, kwargs, *rest, headers=message_headers, **options)
 
     def run(self, run: runs.Run, *args: Any, **kwargs: Any) -> Any:
         """Class-style jobs implement ``execute(date)``; this calls it."""
@@ -156,6 +223,15 @@ def _split_options(job: str, options: dict[str, Any]) -> tuple[dict[str, Any], d
     policy = {key: options[key] for key in JOB_OPTIONS if key in options}
     rest = {key: value for key, value in options.items() if key not in policy}
     return rest, policy
+
+
+def _base_class(job: str, base: object) -> type[TrackedTask]:
+    """``cron_task(base=...)``: a ``TrackedTask`` subclass (a project's own base class)."""
+    if not (isinstance(base, type) and issubclass(base, TrackedTask)):
+        raise exceptions.ImproperlyDeclared(
+            f"base= must be a subclass of cron_celery.TrackedTask, not {base!r} (a job's task "
+            "records its runs through TrackedTask; derive your base class from it).", job=job)
+    return base
 
 
 def _celery_limits(job: registry.Job) -> dict[str, Any]:
@@ -211,12 +287,13 @@ def cron_task(
                                                 job=job_name)
         tname = task_name or _task_name(fn)
         options, policy = _split_options(job_name, celery_options)
+        base = _base_class(job_name, options.pop("base", TrackedTask))
         job = registry.register(registry.declare(
             name=job_name, code=code, task_name=tname, pattern=pattern, overlap=overlap,
             timezone=timezone, description=description or (fn.__doc__ or "").strip(),
             schedule=schedule, catch_up=catch_up, **policy,
         ))
-        return shared_task(name=tname, base=TrackedTask, job=job, **options, **_celery_limits(job))(fn)  # type: ignore[no-untyped-call]
+        return shared_task(name=tname, base=base, job=job, **options, **_celery_limits(job))(fn)  # type: ignore[no-untyped-call]
 
     if func is not None:
         return decorator(func)
@@ -244,6 +321,9 @@ def register_task(
                 "@register_task decorates a subclass of cron_celery.TrackedTask.", job=name
             )
         options, policy = _split_options(name, celery_options)
+        if "base" in options:
+            raise exceptions.ImproperlyDeclared(
+                "base= is not a register_task option: the class it decorates is the task's base class.", job=name)
         tname = options.pop("task_name", None) or _task_name(cls)
         job = registry.register(registry.declare(
             name=name, code=code, task_name=tname, pattern=execution_pattern or pattern,

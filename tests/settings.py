@@ -73,6 +73,9 @@ CELERY_TASK_DEFAULT_QUEUE = os.environ.setdefault(
     "CRON_CELERY_TEST_QUEUE", f"cron-celery-test-{uuid.uuid4().hex[:8]}"
 )
 CELERY_DB_REUSE_MAX = 1000
+# One job is routed by the settings alone (tests/jobsapp/jobs_routing.py, tests/faults/test_routing.py).
+CELERY_TASK_ROUTES = {"tests.jobsapp.jobs_routing.routed_by_settings": {
+    "queue": f"{CELERY_TASK_DEFAULT_QUEUE}-q-routed", "priority": 3}}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 if os.environ.get("CRON_TEST_VISIBILITY_TIMEOUT"):  # fault tests: redeliver unacked messages soon
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": float(os.environ["CRON_TEST_VISIBILITY_TIMEOUT"]),

@@ -62,6 +62,12 @@ NOTHING = {"succeeded": False, "failed": False, "live": False, "stale": False, "
         ("standard", "skip", {}, {"paused": True}, SkipReason.PAUSED),
         ("standard", "skip", {}, {"paused": True, "force": True}, ""),
         ("standard", "skip", {}, {"paused": True, "rerun": True}, SkipReason.PAUSED),
+        # An execution that already had an attempt (a retry, a takeover) owns its slot: only the
+        # pause and the overlap apply to it.
+        ("standard", "allow", {"succeeded": True}, {"attempted": True}, ""),
+        ("standard", "allow", {"failed": True, "live": True}, {"attempted": True}, ""),
+        ("rerun_on_failure", "skip", {"job_live": True}, {"attempted": True}, SkipReason.OVERLAP),
+        ("standard", "skip", {}, {"attempted": True, "paused": True}, SkipReason.PAUSED),
     ],
 )
 def test_decision_table(pattern, overlap, state, flags, expected):
@@ -69,7 +75,8 @@ def test_decision_table(pattern, overlap, state, flags, expected):
 
     job = registry.declare(name="decide", code="D1", task_name="x", pattern=pattern, overlap=overlap)
     got = claims._decide(job, {**NOTHING, **state}, paused=flags.get("paused", False),
-                         force=flags.get("force", False), rerun=flags.get("rerun", False))
+                         force=flags.get("force", False), rerun=flags.get("rerun", False),
+                         attempted=flags.get("attempted", False))
     assert got == expected
 
 

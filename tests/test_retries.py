@@ -12,14 +12,25 @@ import datetime as dt
 from collections.abc import Iterator
 from typing import Any
 
-import psycopg
 import pytest
 from celery.contrib.testing.worker import start_worker
 from celery.exceptions import SoftTimeLimitExceeded
 from django.db import connection
 from django.test import override_settings
 
-from cron_celery import checks, claims, conf, exceptions, reconciler, registry, retries, runs, schedules, tasks
+from cron_celery import (
+    checks,
+    claims,
+    conf,
+    exceptions,
+    leadership,
+    reconciler,
+    registry,
+    retries,
+    runs,
+    schedules,
+    tasks,
+)
 from cron_celery.models import CronExecution, CronJob, Status, Trigger
 from tests.celery_app import app
 from tests.conftest import db_now, make_job, wait_for
@@ -557,44 +568,35 @@ def test_an_interval_job_records_its_missed_slots_too():
 
 
 @contextlib.contextmanager
-def advisory_lock_held_elsewhere() -> Iterator[psycopg.Connection[Any]]:
-    db = connection.settings_dict
-    with psycopg.connect(dbname=db["NAME"], user=db["USER"], password=db["PASSWORD"] or None,
-                         host=db["HOST"], port=db["PORT"], autocommit=True) as other:
-        other.execute("SELECT pg_advisory_lock(%s)", [reconciler.ADVISORY_KEY])
-        try:
-            yield other
-        finally:
-            other.execute("SELECT pg_advisory_unlock(%s)", [reconciler.ADVISORY_KEY])
-
-
-def lock_is_free() -> bool:
-    db = connection.settings_dict
-    with psycopg.connect(dbname=db["NAME"], user=db["USER"], password=db["PASSWORD"] or None,
-                         host=db["HOST"], port=db["PORT"], autocommit=True) as probe:
-        got = probe.execute("SELECT pg_try_advisory_lock(%s)", [reconciler.ADVISORY_KEY]).fetchone()
-        if got and got[0]:
-            probe.execute("SELECT pg_advisory_unlock(%s)", [reconciler.ADVISORY_KEY])
-        return bool(got and got[0])
+def pass_lease_held_elsewhere() -> Iterator[None]:
+    """Another worker's pass holds the lease row. The row is all that counts, not the session
+    that wrote it (that is what makes it work behind a pooler), so it is written here, under
+    another token, inside the test's transaction."""
+    assert leadership.hold(reconciler.PASS_LEASE, "another-worker", "elsewhere:1", 60)
+    try:
+        yield
+    finally:
+        assert leadership.release(reconciler.PASS_LEASE, "another-worker")
 
 
 @reconcile_settings
-def test_a_pass_is_skipped_while_another_holds_the_advisory_lock_and_releases_its_own():
+def test_a_pass_is_skipped_while_another_holds_the_pass_lease_and_releases_its_own():
     job, job_id = make_job()
     claim = begin(job, job_id)
     expire(claim.execution_id)
     _job, overdue_id = overdue("none")
     before = snapshot()
-    with advisory_lock_held_elsewhere():
+    with pass_lease_held_elsewhere():
         skipped = reconciler.run_pass(NOW)
         assert skipped == reconciler.Report(ran=False)
         assert str(skipped) == "skipped (another pass is running)"
         assert snapshot() == before
-    assert lock_is_free()
+        assert leadership.holder(reconciler.PASS_LEASE) == "elsewhere:1"  # the skipped pass left it alone
+    assert leadership.holder(reconciler.PASS_LEASE) is None
     done = reconciler.run_pass(NOW)
     assert done == report(lost=1, missed=5) and str(done).startswith("lost 1, retried 0")
     assert row(claim.execution_id).status == Status.LOST
-    assert lock_is_free()  # the pass released its advisory lock
+    assert leadership.holder(reconciler.PASS_LEASE) is None  # the pass released its lease
     assert CronExecution.objects.filter(job_id=overdue_id, status=Status.MISSED).count() == 5
 
 

@@ -16,7 +16,7 @@ from tests.conftest import ROOT, subprocess_env
 
 class Worker:
     def __init__(self, tmp: Path, env: dict[str, str], *, pool: str = "solo", concurrency: int = 1,
-                 broker_url: str | None = None) -> None:
+                 broker_url: str | None = None, queues: list[str] | None = None) -> None:
         self.broker_url = broker_url  # None: the test session's broker
         self.name = f"fault-{uuid.uuid4().hex[:6]}@localhost"
         self.log = tmp / f"{self.name.split('@')[0]}.log"
@@ -25,6 +25,8 @@ class Worker:
                      "--pool", pool, "--concurrency", str(concurrency), "-n", self.name,
                      "--without-gossip", "--without-mingle", "--without-heartbeat",
                      "--loglevel", "INFO", "--prefetch-multiplier", "1"]
+        if queues:  # consume only these queues (``-Q``), not the session's default one
+            self.args += ["-Q", ",".join(queues)]
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 60) -> Worker:

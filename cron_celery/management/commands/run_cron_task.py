@@ -56,6 +56,8 @@ class Command(BaseCommand):
             job, slot, lambda run: runs.call_job(task.run, run), trigger=trigger,
             force=options["force"], rerun=options["rerun"],
         )
+        if outcome.frees_job:  # a run the workers' backfill or retries wait for may start now
+            tasks.send_waiting(current_app, job)
         label = f"{job.name} {schedules.iso(slot)}"
         where = f"(execution {outcome.execution_id}, run #{outcome.run_number})"
         if outcome.status == models.Status.SUCCEEDED:

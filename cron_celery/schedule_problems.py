@@ -1,0 +1,141 @@
+"""Why a schedule cannot drive a job, and what happens to that job meanwhile.
+
+A periodic task's schedule row is read as ours (``read_schedule``): it must be a crontab
+or an interval of whole seconds that parses and fires at all. ``schedule_sync.apply_edits``
+refuses an edit that is not, for that job alone; ``set_aside`` parks a due job whose stored
+schedule the beat cannot plan. Either way the reason is stored in
+``CronJob.schedule_problem`` and each new reason is told to the job's failure channels
+(``alerts.schedule_problem``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import functools
+import logging
+
+from django.db import connection, transaction
+from django_celery_beat.models import IntervalSchedule
+
+from cron_celery import alerts, exceptions, models, registry, schedules
+
+logger = logging.getLogger(__name__)
+
+JOB = models.CronJob._meta.db_table
+
+_PERIOD_SECONDS = {
+    IntervalSchedule.DAYS: 86400, IntervalSchedule.HOURS: 3600,
+    IntervalSchedule.MINUTES: 60, IntervalSchedule.SECONDS: 1,
+}
+
+
+def effective_schedule(
+    crontab: tuple[str, str, str, str, str, str] | None, interval: tuple[int, str] | None
+) -> schedules.Schedule:
+    """Our schedule for a periodic task's crontab row or interval row."""
+    if crontab is not None:
+        minute, hour, day_of_month, month_of_year, day_of_week, tz = crontab
+        return schedules.Cron(minute, hour, day_of_month, month_of_year, day_of_week, timezone=str(tz or "UTC"))
+    if interval is not None:
+        every, period = interval
+        if period not in _PERIOD_SECONDS:
+            raise exceptions.InvalidSchedule("intervals of days, hours, minutes or seconds only", value=period)
+        return schedules.Interval(int(every) * _PERIOD_SECONDS[period])
+    raise exceptions.InvalidSchedule("cron jobs run on a crontab or an interval schedule (not solar or clocked)",
+                                     value="")
+
+
+@dataclasses.dataclass(frozen=True)
+class Reading:
+    """A periodic task's schedule row read as ours: the schedule and its first slot after
+    ``now``, or — when the row cannot drive a job — ``problem``, in words."""
+
+    schedule: schedules.Schedule | None
+    first: dt.datetime | None
+    problem: str = ""
+
+
+def read_schedule(crontab: tuple[str, str, str, str, str, str] | None, interval: tuple[int, str] | None,
+                  now: dt.datetime) -> Reading:
+    """Whether a periodic task's schedule can drive a job: it must parse (fields, timezone,
+    a crontab or a whole-second interval of at least a second) and fire at all."""
+    try:
+        schedule = effective_schedule(crontab, interval)
+        return Reading(schedule, schedule.next_after(now))
+    except Exception as error:  # whatever the row holds, it must stop this job only
+        reason = str(error) if isinstance(error, exceptions.InvalidSchedule) else f"{type(error).__name__}: {error}"
+        return Reading(None, None, f"{_row_in_words(crontab, interval)}: {reason}")
+
+
+def _row_in_words(crontab: tuple[str, str, str, str, str, str] | None, interval: tuple[int, str] | None) -> str:
+    if crontab is not None:
+        return f"crontab {' '.join(str(field) for field in crontab[:5])} ({crontab[5] or 'UTC'})"
+    if interval is not None:
+        return f"interval every {interval[0]} {interval[1]}"
+    return "a solar or clocked schedule"
+
+
+def previous_next(stored: str, stored_tz: str, now: dt.datetime) -> dt.datetime | None:
+    """The next slot of the schedule the job had before the refused edit, if it had one."""
+    if not stored:
+        return None
+    try:
+        return schedules.parse_expression(stored, stored_tz or None).next_after(now)
+    except Exception:  # a stored schedule nothing can plan: the job waits for a usable edit
+        return None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Problem:
+    """A job whose schedule cannot drive it, newly found: what to tell its failure channels."""
+
+    code: str
+    name: str
+    problem: str
+    kept: str  # what the job does meanwhile: "keeping '<its previous schedule>'", "paused" or "disabled"
+
+
+def alert(found: list[Problem]) -> None:
+    """Tell each job's failure channels, once the rows that say so are committed."""
+    for item in found:
+        try:
+            job: registry.Job | None = registry.get(item.code)
+        except exceptions.UnknownJob:
+            job = None
+        transaction.on_commit(functools.partial(
+            alerts.schedule_problem, job, code=item.code, name=item.name, problem=item.problem,
+            state=f"{item.kept} until the schedule is fixed"))
+
+
+def set_aside(problems: dict[int, str]) -> int:
+    """Jobs whose schedule in effect cannot be planned any more (a row written outside the
+    sync, say): no next slot, paused, the reason stored and alerted — so they stop being
+    due and every other job keeps its slots. Returns how many were set aside."""
+    if not problems:
+        return 0
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            UPDATE {JOB} AS job
+               SET next_run_at = NULL, paused = TRUE, schedule_problem = d.problem
+              FROM unnest(%s::bigint[], %s::text[]) AS d(job_id, problem)
+             WHERE job.id = d.job_id
+            RETURNING job.code, job.name, job.schedule_problem
+            """,
+            [list(problems), list(problems.values())],
+        )
+        rows = cursor.fetchall()
+    for _code, name, problem in rows:
+        logger.error("cron job %s: %s; paused until its schedule is fixed", name, problem)
+    alert([Problem(code=code, name=name, problem=problem, kept="paused") for code, name, problem in rows])
+    return len(rows)
+
+
+def log_outstanding() -> int:
+    """Say again, when a beat starts, which jobs still have an edit that was not applied."""
+    found = list(models.CronJob.objects.exclude(schedule_problem="").values_list("name", "schedule_problem", "paused"))
+    for name, problem, paused in found:
+        logger.error("cron job %s: its schedule edit is still not applied (%s); %s", name, problem,
+                     "paused" if paused else "on its previous schedule")
+    return len(found)

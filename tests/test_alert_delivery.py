@@ -1,0 +1,162 @@
+"""The outbox's accounting and delivery on real processes.
+
+- An execution whose worker dies on every attempt: the lost attempt alerts ``LOST`` at once,
+  the final loss alerts again (the same row, sent again), and the job's incident
+  (``alerted_at``, ``consecutive_failures``) agrees with what was sent.
+- ``alerts.deliver`` holds no transaction or row lock while a channel's endpoint hangs, and
+  two deliverers of one alert send it once.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.db import DatabaseError, connection
+from django.test import override_settings
+
+from cron_celery import alerts, claims, outcomes, registry, runs, tasks
+from cron_celery.models import Alert, AlertStatus, CronExecution, CronJob, Status, Trigger
+from tests.conftest import make_job, wait_for
+from tests.servers import HttpServer
+from tests.workers import Worker
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SLOT = dt.datetime(2026, 11, 30, 1, 0, tzinfo=dt.UTC)
+
+
+@pytest.fixture
+def hook() -> Iterator[HttpServer]:
+    server = HttpServer().start()
+    yield server
+    server.stop()
+
+
+def webhook(url: str, **extra: Any) -> override_settings:
+    return override_settings(CRON_CELERY={**settings.CRON_CELERY, "NOTIFICATIONS": {
+        "on_failure": ["webhook"], "webhook": {"url": url}, **extra}})
+
+
+def in_thread(target: Any, results: list[Any]) -> threading.Thread:
+    """``target()`` in a thread with its own database connection; its result lands in ``results``."""
+
+    def body() -> None:
+        try:
+            results.append(target())
+        except Exception as error:  # the assertion on results shows it
+            results.append(error)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=body, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.slow
+def test_a_job_lost_on_every_attempt_alerts_the_lost_attempt_and_then_its_final_loss(tmp_path, marker, hook):
+    go = tmp_path / "go"
+    worker = Worker(tmp_path, {"CRON_TEST_MARKER": str(marker), "CRON_TEST_WEBHOOK_URL": hook.url,
+                               "CRON_TEST_GO": str(go), "CRON_TEST_LOG_LEVEL": "INFO"},
+                    pool="prefork", concurrency=2)
+    try:
+        worker.start()
+        sent = tasks.send_run(registry.get("Q010"), SLOT, Trigger.ENQUEUE)
+        # Attempt 1 kills its process: the parent records the lost attempt and its LOST alert.
+        wait_for(lambda: Alert.objects.filter(execution_id=sent.execution_id, status=AlertStatus.SENT).exists(),
+                 what="the lost attempt's alert to be delivered")
+        go.touch()  # attempt 2 (waiting for this) kills its process too: the execution is finally LOST
+        wait_for(lambda: CronExecution.objects.get(id=sent.execution_id).completed, what="the final outcome")
+        wait_for(lambda: len(hook.received()) >= 2, timeout=30, what="the final LOST alert to be delivered")
+        wait_for(lambda: Alert.objects.filter(execution_id=sent.execution_id, status=AlertStatus.SENT).exists(),
+                 what="the final alert's delivery to be recorded")
+    finally:
+        worker.stop()
+    row = CronExecution.objects.get(id=sent.execution_id)
+    assert (row.status, row.retry_count) == (Status.LOST, 1)
+    bodies = [request.json() for request in hook.received()]
+    assert [(body["event"], body["status"], body["execution_id"]) for body in bodies] == [
+        ("LOST", Status.RETRYING, sent.execution_id), ("LOST", Status.LOST, sent.execution_id)]
+    assert list(Alert.objects.filter(execution_id=sent.execution_id).values_list("event", "channel", "status")) == [
+        ("LOST", "webhook", AlertStatus.SENT)]
+    job = CronJob.objects.get(code="Q010")
+    assert (job.last_status, job.consecutive_failures) == (Status.LOST, 1)
+    assert job.alerted_at is not None  # the incident is open, and its alert was sent
+
+
+def test_a_hanging_endpoint_holds_no_lock_and_a_second_deliverer_does_not_send_again(hook):
+    job, job_id = make_job(notify={"on_failure": ["webhook"]})
+    hook.hang = 60  # until released below
+    with webhook(hook.url, timeout=30):
+        outcome = runs.execute(job, SLOT, lambda run: {"error": True, "message": "partner down"},
+                               trigger=Trigger.MANUAL)
+        alert = Alert.objects.get(execution_id=outcome.execution_id)
+        first: list[Any] = []
+        sending = in_thread(lambda: alerts.deliver(alert.id), first)
+        wait_for(lambda: len(hook.received()) == 1, what="the first deliverer to reach the endpoint")
+        # While it waits for the endpoint: the alert's and the job's rows can be written at once.
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '1s'")
+            try:
+                cursor.execute(f"UPDATE {Alert._meta.db_table} SET last_error = last_error WHERE id = %s",
+                               [alert.id])
+                cursor.execute(f"UPDATE {CronJob._meta.db_table} SET consecutive_failures = consecutive_failures"
+                               " WHERE id = %s", [job_id])
+                blocked = ""
+            except DatabaseError as error:
+                blocked = str(error)
+            finally:
+                cursor.execute("SET lock_timeout = 0")
+        second: list[Any] = []
+        in_thread(lambda: alerts.deliver(alert.id), second).join(timeout=30)
+        hook._release.set()  # let the endpoint answer the first deliverer
+        sending.join(timeout=30)
+    assert blocked == "", f"a row stayed locked during the HTTP call: {blocked}"
+    assert second == ["GONE"] and first == [AlertStatus.SENT]
+    assert len(hook.received()) == 1
+    alert.refresh_from_db()
+    assert (alert.status, alert.attempts, alert.last_error) == (AlertStatus.SENT, 1, "")
+    with webhook(hook.url):
+        assert alerts.deliver(alert.id) == "GONE"
+    assert len(hook.received()) == 1
+
+
+
+def test_a_final_loss_while_the_lost_attempts_alert_is_being_sent_is_sent_again_after_it(hook):
+    """The final LOST re-arms the row while the first delivery waits on the endpoint: that
+    delivery's result is not recorded (its claim was voided), and the row is sent again."""
+    job, job_id = make_job(max_retries=1, notify={"on_failure": ["webhook"]})
+
+    def lose(pid: int, execution_id: int | None = None) -> Any:
+        # As the worker's parent does when its child died: by worker and pid.
+        claim = claims.begin(job=job, job_id=job_id, slot=SLOT, execution_date=SLOT.date(), trigger=Trigger.BEAT,
+                             execution_id=execution_id, worker="w", pid=pid, lease_seconds=60)
+        assert claim.claimed
+        return outcomes.dead(job, job_id=job_id, status=Status.LOST, error_code="WORKER_LOST",
+                             message=f"child {pid} died", worker="w", pid=pid)
+
+    hook.hang = 60
+    with webhook(hook.url, timeout=30):
+        first = lose(201)
+        assert first.status == Status.RETRYING
+        alert = Alert.objects.get(execution_id=first.execution_id)
+        results: list[Any] = []
+        sending = in_thread(lambda: alerts.deliver(alert.id), results)
+        wait_for(lambda: len(hook.received()) == 1, what="the lost attempt's alert to reach the endpoint")
+        final = lose(202, first.execution_id)
+        assert final.status == Status.LOST
+        hook._release.set()
+        sending.join(timeout=30)
+        assert results == ["GONE"]  # sent, but its claim was voided by the re-arm: not recorded
+        alert.refresh_from_db()
+        assert (alert.status, alert.attempts) == (AlertStatus.PENDING, 0)
+        assert alerts.deliver(alert.id) == AlertStatus.SENT
+    assert [request.json()["status"] for request in hook.received()] == [Status.RETRYING, Status.LOST]
+    assert Alert.objects.filter(execution_id=first.execution_id).count() == 1
+    row = CronJob.objects.get(id=job_id)
+    assert row.alerted_at is not None and row.consecutive_failures == 1
