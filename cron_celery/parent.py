@@ -76,30 +76,43 @@ class CronRequest(Request):
             name = signals.Signals(number).name
         except ValueError:
             name = str(number)
+        ended_run = False
         if self.time_start and self.worker_pid:
             if getattr(pool.terminate_job, "__func__", None) is not BasePool.terminate_job:  # solo cannot stop one
-                self._revoke(f"Revoked: its worker process {self.worker_pid} was sent {name} "
-                             "(revoke with terminate).")
+                ended_run = self._revoke(f"Revoked: its worker process {self.worker_pid} was sent {name} "
+                                         "(revoke with terminate).")
         else:
             self._revoke("Revoked before it started (revoke with terminate).")
         super().terminate(pool, signal)
+        if ended_run:  # only once its process was signalled: never two runs of the job at once
+            self._send_waiting()
 
     def _announce_revoked(self, reason: str, terminated: bool, signum: Any, expired: bool) -> None:
         # Celery's one path for a revoked request: discarded before it ran, or its process
         # terminated. An expired message (``expires=``) is left to the reconciler, like any
         # message that did not run in time.
+        ended_run = False
         if not expired and not getattr(self, "_cron_revoked", False):
             if terminated:
-                self._revoke(f"Revoked: its worker process was terminated ({signum}).")
+                ended_run = self._revoke(f"Revoked: its worker process was terminated ({signum}).")
             else:
                 self._revoke("Revoked before it started: the worker discarded its message.")
         super()._announce_revoked(reason, terminated, signum, expired)  # type: ignore[misc]
+        if ended_run:
+            self._send_waiting()
 
-    def _revoke(self, message: str) -> None:
-        """Record the revocation once (``claims.revoke``); a failure is logged, never raised into Celery."""
+    def _send_waiting(self) -> None:
+        job = _job_of(self)
+        if job is not None:  # the job's live run is over: an execution waiting for it may start
+            tasks.send_waiting(self.task.app, job)
+
+    def _revoke(self, message: str) -> bool:
+        """Record the revocation once (``claims.revoke``); a failure is logged, never raised into Celery.
+        True when it ended a run that had started (the caller sends the job's waiting execution once
+        that run's process is stopped)."""
         job = _job_of(self)
         if job is None or getattr(self, "_cron_revoked", False):
-            return
+            return False
         self._cron_revoked = True
         header = self.request_dict.get(tasks.HEADER_EXECUTION)
         try:
@@ -110,11 +123,11 @@ class CronRequest(Request):
         except DatabaseError:
             logger.exception("could not record that %s was revoked", job.name)
             connection.close()
-            return
-        if ended is not None:
-            logger.warning("%s execution %s now REVOKED: %s", job.name, ended.execution_id, message)
-            if ended.started:  # the job's live run is over: an execution waiting for it may start
-                tasks.send_waiting(self.task.app, job)
+            return False
+        if ended is None:
+            return False
+        logger.warning("%s execution %s now REVOKED: %s", job.name, ended.execution_id, message)
+        return bool(ended.started)
 
     def _record(self, status: str, code: str, message: str, *, retry: bool = True) -> claims.Ended | None:
         job = _job_of(self)

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import redis
-from django.db import connection
+from django.db import InterfaceError, OperationalError, connection
 
 from cron_celery import claims, registry, runs
 
@@ -109,11 +109,21 @@ def _close_stray_connections(django_db_setup, django_db_blocker) -> Iterator[Non
     yield
     if not str(connection.settings_dict["NAME"]).startswith("test_"):
         return  # no test touched the database: there is no test database to clean up
-    with django_db_blocker.unblock(), connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
-        )
+    with django_db_blocker.unblock():
+        for attempt in range(2):
+            try:
+                with connection.cursor() as cursor:
+                    cursor.execute(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                        " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                    )
+                return
+            except (OperationalError, InterfaceError):
+                # This connection was itself ended by a test that clears a pool's server
+                # connections (tests/test_pooler.py): open a new one and try again.
+                connection.close()
+                if attempt:
+                    raise
 
 
 @dataclasses.dataclass

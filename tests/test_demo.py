@@ -25,7 +25,9 @@ from django.conf import settings
 from tests.conftest import ROOT
 
 DEMO = ROOT / "scripts" / "demo"
-DATABASE = "cron_celery_demo_test"
+#: The demo's own database, one per test database (the Django lines of ``scripts/test`` run side by
+#: side, each with its own databases, and the demo's Redis keys are named after its database).
+DATABASE = f"{os.environ.get('CRON_TEST_DATABASE_PREFIX', 'cron_celery')}_demo_test"
 
 
 def demo_env(logs: Path) -> dict[str, str]:

@@ -213,13 +213,13 @@ def test_locate_finds_queued_and_unacknowledged_messages_and_misses_the_rest(que
     job, _ = make_job()
     tasks.send(app, job.task_name, execution_id=1, slot=SLOT, trigger=Trigger.BEAT, celery_task_id="in-the-queue")
     held = '{"headers": {"id": "held-by-a-worker"}}'
-    queue.client.hset("unacked", "tag-of-this-test", f"[{held}, \"\", \"{queue.name}\"]")
+    queue.client.hset("unacked", f"tag-of-{queue.name}", f"[{held}, \"\", \"{queue.name}\"]")
     try:
         name = inflight.queue_of(app, job.task_name)
         assert name == queue.name
         found = inflight.locate(app, {"in-the-queue": name, "held-by-a-worker": name, "nowhere": name})
     finally:
-        queue.client.hdel("unacked", "tag-of-this-test")
+        queue.client.hdel("unacked", f"tag-of-{queue.name}")
     assert found == {"in-the-queue": inflight.QUEUED, "held-by-a-worker": inflight.QUEUED,
                      "nowhere": inflight.GONE}
 

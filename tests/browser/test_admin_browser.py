@@ -150,3 +150,33 @@ def test_the_history_filters_reruns_and_exports(page: Page, live_server: Any) ->
     page.goto(f"{live_server.url}/admin/cron_celery/cronexecution/{rerun.id}/change/")
     expect(page.locator("body")).to_contain_text("Every attempt")
     page.screenshot(path=str(SHOTS / "execution-detail.png"), full_page=True)
+
+
+def test_waiting_revoked_and_refused_edits_are_visible(page: Page, live_server: Any) -> None:
+    """What the issue's new states look like: a backfilled slot waiting for the live run, a revoked
+    run, and a job whose admin edit could not be applied."""
+    from cron_celery import claims
+
+    ids = seed()
+    job = jobs.nightly_report.job
+    job_id = ids["nightly-report"]
+    slot = dt.datetime(2026, 11, 20, 1, 0, tzinfo=dt.UTC)
+    live = claims.begin(job=job, job_id=job_id, slot=slot + dt.timedelta(days=1), execution_date=slot.date(),
+                        trigger=Trigger.MANUAL, force=True)
+    waiting_id, _ = claims.enqueue(job=job, job_id=job_id, slot=slot, execution_date=slot.date(),
+                                   trigger=Trigger.BACKFILL, forced=True)
+    assert claims.begin(job=job, job_id=job_id, slot=slot, execution_date=slot.date(), trigger=Trigger.BACKFILL,
+                        execution_id=waiting_id).outcome == claims.WAITING
+    revoked_id, _ = claims.enqueue(job=job, job_id=job_id, slot=slot - dt.timedelta(days=1),
+                                   execution_date=slot.date(), trigger=Trigger.ENQUEUE)
+    assert claims.revoke(execution_id=revoked_id, job_id=job_id, message="Revoked before it started.") is not None
+    CronJob.objects.filter(id=ids["tick-2s"]).update(
+        schedule_problem="Invalid schedule '* * 30 2 *': it never fires; the job keeps every 2 seconds")
+    page.goto(f"{live_server.url}/admin/cron_celery/cronexecution/?task_code__exact={job.code}")
+    rows = page.locator("#result_list tbody tr")
+    expect(rows.filter(has_text="Waiting: execution")).to_contain_text(f"execution {live.execution_id}")
+    expect(rows.filter(has_text="Revoked before it started").locator(".cron-badge")).to_have_text("revoked")
+    page.screenshot(path=str(SHOTS / "history-waiting-revoked.png"), full_page=True)
+    page.goto(f"{live_server.url}/admin/cron_celery/cronjob/")
+    expect(page.locator("#result_list tbody tr").filter(has_text="tick-2s")).to_contain_text("it never fires")
+    page.screenshot(path=str(SHOTS / "dashboard-schedule-problem.png"), full_page=True)

@@ -136,5 +136,6 @@ def _alive(pid: int | None) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    # The state follows the command name, which is in parentheses and may hold spaces (a process title).
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
 
