@@ -302,6 +302,8 @@ class CronExecutionAdmin(ReadOnly):
 
     @admin.display(description="status", ordering="status")
     def status_badge(self, row: models.CronExecution) -> SafeString:
+        if row.waiting_since is not None and row.status in (S.PENDING, S.RETRYING):
+            return dashboard.badge(row.status, f"{row.status.lower()}, waiting")  # for the job's live run
         return dashboard.badge(row.status)
 
     @admin.display(description="slot", ordering="slot")
