@@ -7,6 +7,7 @@ import datetime as dt
 import itertools
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -148,6 +149,19 @@ def queue() -> Iterator[Queue]:
     yield Queue(client, name)
     client.delete(name)
     client.close()
+
+
+def debian_tool(path: str, package: str, needed_for: str) -> str:
+    """``path``, installed from Debian's ``package`` with apt-get when it is missing (as on a fresh
+    machine); a tool that cannot be had fails the test, never skips it."""
+    if not Path(path).exists():
+        apt = shutil.which("apt-get")
+        assert apt is not None, f"Debian's {package} is needed for {needed_for} and apt-get is missing"
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        result = subprocess.run([apt, "install", "-y", "-q", package], env=env,
+                                capture_output=True, text=True, timeout=900, check=False)
+        assert Path(path).exists(), f"could not install {package}:\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}"
+    return path
 
 
 def db_now() -> dt.datetime:

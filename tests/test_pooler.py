@@ -25,7 +25,7 @@ from django.db import connection
 
 from cron_celery import leadership, reconciler, runs
 from cron_celery.models import CronExecution, Lease, Status
-from tests.conftest import manage, marked, subprocess_env, wait_for
+from tests.conftest import debian_tool, manage, marked, subprocess_env, wait_for
 from tests.jobsapp.jobs_leader import clock_probe
 from tests.redis_servers import free_port
 from tests.test_claims import begin
@@ -38,15 +38,7 @@ SERVERS = 4  # server connections the pool keeps, and rotates through
 
 @pytest.fixture(scope="session")
 def pgbouncer_binary() -> str:
-    if not Path(PGBOUNCER).exists():
-        apt = shutil.which("apt-get")
-        assert apt is not None, "Debian's pgbouncer is needed for the pooler tests and apt-get is missing"
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        result = subprocess.run([apt, "install", "-y", "-q", "pgbouncer"], env=env,
-                                capture_output=True, text=True, timeout=900, check=False)
-        assert Path(PGBOUNCER).exists(), \
-            f"could not install pgbouncer:\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}"
-    return PGBOUNCER
+    return debian_tool(PGBOUNCER, "pgbouncer", "the pooler tests")
 
 
 @dataclass

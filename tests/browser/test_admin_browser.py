@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import shutil
-import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,7 +18,7 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from cron_celery import runs, schedule_sync
 from cron_celery.models import CronExecution, CronJob, Status, Trigger
-from tests.conftest import ROOT
+from tests.conftest import ROOT, debian_tool
 from tests.jobsapp import tasks as jobs
 from tests.test_admin import history
 
@@ -33,13 +30,8 @@ PASSWORD = "a-long-browser-test-password"
 
 @pytest.fixture(scope="session")
 def browser() -> Iterator[Browser]:
-    if not Path(CHROMIUM).exists():
-        apt = shutil.which("apt-get")
-        assert apt is not None, "Debian's chromium is needed for the browser tests and apt-get is missing"
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        result = subprocess.run([apt, "install", "-y", "-q", "chromium", "chromium-driver"], env=env,
-                                capture_output=True, text=True, timeout=900, check=False)
-        assert Path(CHROMIUM).exists(), f"could not install chromium:\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}"
+    debian_tool(CHROMIUM, "chromium", "the browser tests")
+    debian_tool("/usr/bin/chromedriver", "chromium-driver", "the browser tests")
     SHOTS.mkdir(parents=True, exist_ok=True)
     # Playwright's sync API keeps an event loop in this thread; the ORM calls the tests make
     # between page actions are ordinary blocking calls, which Django would otherwise refuse.

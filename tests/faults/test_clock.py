@@ -12,19 +12,17 @@ import contextlib
 import datetime as dt
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from django.db import connection
 
 from cron_celery import runs
 from cron_celery.models import CronExecution, CronJob, Status
-from tests.conftest import ROOT, subprocess_env, wait_for
+from tests.conftest import ROOT, db_now, debian_tool, subprocess_env, wait_for
 from tests.jobsapp.jobs_leader import clock_probe
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -34,22 +32,7 @@ GRACE = 300  # RECONCILE["MISSED_GRACE"] of the child process
 
 @pytest.fixture(scope="session")
 def faketime() -> str:
-    if not Path(FAKETIME).exists():
-        apt = shutil.which("apt-get")
-        assert apt is not None, "Debian's faketime is needed for the clock tests and apt-get is missing"
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        result = subprocess.run([apt, "install", "-y", "-q", "faketime"], env=env,
-                                capture_output=True, text=True, timeout=900, check=False)
-        assert Path(FAKETIME).exists(), f"could not install faketime:\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}"
-    return FAKETIME
-
-
-def database_now() -> dt.datetime:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT now()")
-        row = cursor.fetchone()
-    assert row is not None
-    return row[0]  # type: ignore[no-any-return]
+    return debian_tool(FAKETIME, "faketime", "the clock tests")
 
 
 def under_clock(faketime: str, offset: str, *command: str) -> str:
@@ -96,7 +79,7 @@ def scheduled_from(job_id: int, minutes_ago: int) -> dt.datetime:
 def test_the_reconciler_judges_missed_slots_by_the_database_clock_not_the_workers(faketime):
     job_id = runs.job_id(clock_probe.job)
     ahead = float(under_clock(faketime, "+10m", "-c", "import time; print(time.time())"))
-    assert ahead - database_now().timestamp() > 590, "faketime did not move the child's clock"
+    assert ahead - db_now().timestamp() > 590, "faketime did not move the child's clock"
 
     # Due one to two minutes ago by the database: within the 300 s grace, nothing is missed yet,
     # although the child's clock, ten minutes fast, sees it twelve minutes late.
@@ -111,7 +94,7 @@ def test_the_reconciler_judges_missed_slots_by_the_database_clock_not_the_worker
     # slot is not even due yet) records the slots that are more than the grace late, and none after.
     scheduled_from(job_id, 10)
     under_clock(faketime, "-10m", "-m", "django", "reconcile_cron")
-    cutoff = database_now() - dt.timedelta(seconds=GRACE)
+    cutoff = db_now() - dt.timedelta(seconds=GRACE)
     missed = list(CronExecution.objects.filter(job_id=job_id).order_by("slot"))
     assert missed, "a slow worker clock hid slots the database clock says are missed"
     assert {row.status for row in missed} == {Status.MISSED}
