@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         "bench", "bench@example.com", "bench-password-not-secret")
     client = Client()
     client.force_login(user)
-    token = {"Authorization": f"Bearer {settings.CRON_CELERY['API_TOKEN']}"}
+    token = {"Authorization": f"Bearer {settings.CRON_CELERY['API_TOKENS']['bench']['token']}"}
     middle = max(1, args.jobs // 2)  # the seeded jobs have ids 1..jobs and names job-0001...
     pages = [
         ("dashboard (50 jobs a page)", "/admin/cron_celery/cronjob/", None),

@@ -27,4 +27,5 @@ TEMPLATES = [{
         "django.contrib.messages.context_processors.messages",
     ]},
 }]
-CRON_CELERY = {**CRON_CELERY, "API_TOKEN": "bench-token-not-a-secret"}  # type: ignore[dict-item]
+CRON_CELERY = {**CRON_CELERY, "API_TOKENS": {  # type: ignore[dict-item]
+    "bench": {"token": "bench-read-token-not-a-secret-0123456789", "scopes": ["read"]}}}

@@ -95,8 +95,12 @@ class CronJobAdmin(ReadOnly):
             return dashboard.badge(S.SKIPPED, "paused")
         return dashboard.badge(job.last_status)
 
+    #: The admin's list, with a banner while this process's system checks find an error.
+    change_list_template = "admin/cron_celery/cronjob_change_list.html"
+
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
-        return super().changelist_view(request, {"title": "Cron jobs", **(extra_context or {})})
+        return super().changelist_view(request, {"title": "Cron jobs", "check_errors": dashboard.check_errors(),
+                                                 **(extra_context or {})})
 
     @admin.display(description="job", ordering="name")
     def job_name(self, job: models.CronJob) -> SafeString:
@@ -377,12 +381,26 @@ class _Echo:
         return value
 
 
+#: A cell starting with one of these is a formula to a spreadsheet (OWASP, "CSV Injection").
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: object) -> object:
+    """A value as a CSV cell that a spreadsheet shows as text: a string that would start a
+    formula gets a leading ``'`` (job messages are whatever the job wrote)."""
+    if value is None:
+        return ""
+    if isinstance(value, str) and value.startswith(FORMULA_START):
+        return "'" + value
+    return value
+
+
 def _csv_rows(queryset: QuerySet[models.CronExecution]) -> Iterator[str]:
     """The rows as CSV lines, read in chunks: constant memory whatever the selection."""
     writer = csv.writer(_Echo())
     yield writer.writerow(CSV_FIELDS)
     for values in queryset.order_by("id").values_list(*CSV_FIELDS).iterator(chunk_size=2000):
-        yield writer.writerow(["" if value is None else value for value in values])
+        yield writer.writerow([csv_cell(value) for value in values])
 
 
 @admin.register(models.Alert)

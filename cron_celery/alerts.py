@@ -155,8 +155,24 @@ def record(*, job: registry.Job | None, job_id: int, execution_id: int, status: 
             in_a_row = failures if counted else failures + 1
             first = alerted_at is None and in_a_row >= after
             events = [models.Event(status)] if (first or repeat_due) else []
+        elif status == S.MISSED:
+            # One alert per job and outage: an outage is the run of MISSED slots after the job's newest
+            # slot that started, however many passes record them. Decided by slots, not by when rows
+            # were written (a catch-up run may end before the MISSED slots it follows are recorded).
+            cursor.execute(
+                f"""
+                SELECT NOT EXISTS (
+                    SELECT 1 FROM {ALERT} AS a JOIN {EXE} AS e ON e.id = a.execution_id
+                    WHERE a.job_id = %(job)s AND a.event = 'MISSED' AND e.id <> %(me)s
+                      AND e.slot > coalesce((SELECT max(slot) FROM {EXE}
+                                             WHERE job_id = %(job)s AND started IS NOT NULL), '-infinity'))
+                """,
+                {"job": job_id, "me": execution_id},
+            )
+            found = cursor.fetchone()
+            recovered, events = False, [E.MISSED] if found is not None and found[0] else []
         else:
-            recovered, events = False, [E.MISSED] if status == S.MISSED else []
+            recovered, events = False, []
         rows = [(event, name) for event in events for name in wanted.get(event, ())]
         if not rows:
             return Recorded(events=(), alert_ids=(), recovered=recovered)
@@ -204,12 +220,24 @@ def message_for(alert: models.Alert) -> Message:
     execution = alert.execution
     duration = execution.duration
     base = str(conf.settings.ADMIN_BASE_URL or "").rstrip("/")
+    status, attempt = str(execution.status), execution.retry_count + 1
+    error_code, error = execution.error_code, execution.message
+    if alert.event == models.Event.LOST and execution.status != S.LOST:
+        # The alert of a lost attempt, delivered while the execution goes on (retried, perhaps
+        # running again) or after it ended otherwise: it describes the attempt that was lost.
+        lost = [entry for entry in execution.attempts or []
+                if isinstance(entry, dict) and entry.get("status") == S.LOST]
+        if not execution.completed:
+            status = S.RETRYING
+        if lost:
+            attempt = int(lost[-1].get("attempt") or attempt)
+            error_code, error = str(lost[-1].get("error_code") or ""), str(lost[-1].get("message") or "")
     return Message(
         event=alert.event, job=execution.task_name, code=execution.task_code, slot=execution.slot,
         execution_date=execution.execution_date, execution_id=execution.id, run_number=execution.run_number,
-        attempt=execution.retry_count + 1, status=execution.status, trigger=execution.trigger,
-        duration=duration.total_seconds() if duration is not None else None, error_code=execution.error_code,
-        error=execution.message, traceback=execution.traceback,
+        attempt=attempt, status=status, trigger=execution.trigger,
+        duration=duration.total_seconds() if duration is not None else None, error_code=error_code,
+        error=error, traceback=execution.traceback,
         admin_url=f"{base}/admin/cron_celery/cronexecution/{execution.id}/change/" if base else "",
     )
 

@@ -33,7 +33,6 @@ from collections.abc import Iterator
 from typing import Any
 
 from django.db import DatabaseError, connection
-from django.utils import timezone
 from django_celery_beat.schedulers import DatabaseScheduler
 from pottery import Redlock
 from pottery.exceptions import ExtendUnlockedLock, QuorumIsImpossible, ReleaseUnlockedLock
@@ -263,7 +262,7 @@ class Scheduler(DatabaseScheduler):  # type: ignore[misc]
         super().__init__(*args, **kwargs)
 
     def setup_schedule(self) -> None:
-        report = schedule_sync.sync()
+        report = schedule_sync.sync(leadership.database_now())  # first slots after the database's now
         logger.info("cron_celery: schedules synced: %s", report)
         schedule_problems.log_outstanding()
         super().setup_schedule()
@@ -295,8 +294,7 @@ class Scheduler(DatabaseScheduler):  # type: ignore[misc]
         """
         deadline = time.monotonic() + self.leadership.ttl / 3
         while True:
-            next_at, edited = claims.next_due()
-            now = timezone.now()
+            next_at, edited, now = claims.next_due()  # now: the database's clock, not this machine's
             if edited:  # take edits in first: they may move or pause what is due
                 schedule_sync.apply_edits(now)
                 if time.monotonic() > deadline:
@@ -359,8 +357,8 @@ class Scheduler(DatabaseScheduler):  # type: ignore[misc]
             logger.exception("cron_celery beat: could not record its heartbeat")
             return
         if skew is not None and now - self._skew_warned >= 600:  # at most every ten minutes
-            logger.warning("beat %s: this machine's clock is %+.1f s off the database's; beat dispatches slots "
-                           "by this clock (the reconciler judges them by the database's): keep it on NTP",
+            logger.warning("beat %s: this machine's clock is %+.1f s off the database's; slots are dispatched "
+                           "by the database's clock, but keep this machine on NTP",
                            self.leadership.identity, skew)
             self._skew_warned = now
         self._beat_seen, self._beat_leading = now, leading

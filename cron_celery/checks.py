@@ -4,18 +4,23 @@ Management commands stop on an error as usual. Celery's Django fixup runs the ch
 ignores what they find, so workers (``connect()``) and beats (``beat.Scheduler``) refuse to
 start on an error of ours: a worker whose lock outlives its lease, or a beat with a broken reconciler setting,
 would otherwise run and quietly break the guarantees. ``SILENCED_SYSTEM_CHECKS`` still
-silences an id, as it does for Django.
+silences an id, as it does for Django. A web process cannot refuse to start from here: it
+runs the checks once (``process_errors``), and its health endpoint answers 503 and the admin
+dashboard shows a banner while they find an error.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+import threading
 from typing import Any
 
 from django.core import checks
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 
-from cron_celery import conf
+from cron_celery import conf, tokens
 
 TAG = "cron_celery"
 
@@ -34,6 +39,29 @@ def errors() -> list[checks.CheckMessage]:
     """cron_celery's system check errors that are not silenced."""
     return [message for message in checks.run_checks(tags=[TAG])
             if message.level >= checks.ERROR and not message.is_silenced()]
+
+
+_found: list[checks.CheckMessage] | None = None
+_found_lock = threading.Lock()
+
+
+def process_errors() -> list[checks.CheckMessage]:
+    """``errors()`` run once per process and kept (the health endpoint and the admin banner
+    ask on every request); run again after a settings change (tests' ``override_settings``)."""
+    global _found
+    found = _found
+    if found is None:
+        with _found_lock:
+            found = _found
+            if found is None:
+                found = _found = errors()
+    return list(found)
+
+
+@receiver(setting_changed)
+def _forget_errors(**_kwargs: Any) -> None:
+    global _found
+    _found = None
 
 
 def refuse_to_start(what: str) -> None:
@@ -60,6 +88,7 @@ def register() -> None:
     checks.register(check_timing, TAG)
     checks.register(check_notifications, TAG)
     checks.register(check_operations, TAG)
+    checks.register(check_tokens, TAG)
 
 
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
@@ -299,3 +328,20 @@ def check_operations(app_configs: Any = None, **kwargs: Any) -> list[checks.Chec
     except (ValueError, TypeError) as problem:
         error(f"CRON_CELERY['RETENTION_STATUSES']: {problem}.")
     return errors
+
+
+def check_tokens(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """API_TOKENS (E014: short, duplicated, unknown scopes...) and the deprecated API_TOKEN (W002).
+    No message ever contains a token's value."""
+    try:
+        values = conf.load()
+    except TypeError:
+        return []
+    parsed = tokens.parse(values)
+    found: list[checks.CheckMessage] = [
+        checks.Error(problem, hint="See docs/operations.md#tokens.", id="cron_celery.E014")
+        for problem in parsed.problems
+    ]
+    if parsed.legacy:
+        found.append(checks.Warning(tokens.DEPRECATION, id="cron_celery.W002"))
+    return found

@@ -181,7 +181,8 @@ def _slot_state(cursor: Any, job_id: int, slot: dt.datetime, me: int) -> dict[st
           max(retry_count) FILTER (WHERE id = %(me)s),
           max(trigger) FILTER (WHERE id = %(me)s),
           bool_or(id = %(me)s AND force),
-          max(id) FILTER (WHERE id <> %(me)s AND status = 'RUNNING' AND lease_until > now())
+          max(id) FILTER (WHERE id <> %(me)s AND status = 'RUNNING' AND lease_until > now()),
+          bool_or(id <> %(me)s AND status = 'RUNNING' AND lease_until <= now())
         FROM {EXE}
         WHERE job_id = %(job)s AND (slot = %(slot)s OR status = 'RUNNING' OR id = %(me)s)
         """,
@@ -189,7 +190,7 @@ def _slot_state(cursor: Any, job_id: int, slot: dt.datetime, me: int) -> dict[st
     )
     row = cursor.fetchone()
     keys = ("succeeded", "failed", "live", "stale", "job_live", "own_status", "own_live", "own_forced",
-            "own_retries", "own_trigger", "own_force", "blocker")
+            "own_retries", "own_trigger", "own_force", "blocker", "job_stale")
     kept = ("own_status", "own_retries", "own_trigger", "blocker")
     return {key: row[i] if key in kept else (row[i] or False) for i, key in enumerate(keys)}
 
@@ -215,18 +216,45 @@ def _decide(
             state["failed"] or state["stale"]
         ):
             return models.SkipReason.ALREADY_RAN
-    exclusive = (
-        job.overlap == models.Overlap.SKIP or job.pattern == models.ExecutionPattern.RATE_LIMITED
-    )
-    if exclusive and state["job_live"]:
+    if _exclusive(job) and state["job_live"]:
         return models.SkipReason.OVERLAP
     return ""
+
+
+def _exclusive(job: registry.Job) -> bool:
+    """Never two runs of the job at once (overlap ``skip``, or the ``rate_limited`` pattern)."""
+    return job.overlap == models.Overlap.SKIP or job.pattern == models.ExecutionPattern.RATE_LIMITED
+
+
+def _supersede(cursor: Any, job_id: int, me: int, fence: int) -> None:
+    """This claim runs an exclusive job while another of its runs is RUNNING with an expired
+    lease (its worker froze, or lost the database, and did not renew): that run no longer owns
+    the job. It takes this claim's fence, so its heartbeat and final write, which carry the old
+    one, are refused (FENCED, its run told to stop), and two runs of the job are never both
+    recorded. Its row stays RUNNING with the expired lease: the reconciler ends it
+    (``LEASE_EXPIRED``, retried by the job's policy) as it would have without this claim.
+
+    Every other RUNNING row of the job is superseded, not only those whose lease is still
+    expired now: under the job's lock, with no live run seen, each was stale when the claim
+    looked, and a heartbeat that renewed one since (it takes no job lock) must not leave the
+    job with two live runs: its lease is ended too."""
+    # Its history keeps the fence it ran under: a first attempt (no history yet) gets its entry now.
+    cursor.execute(
+        f"""
+        UPDATE {EXE} SET fence = %(fence)s, lease_until = least(lease_until, now()),
+            attempts = CASE WHEN jsonb_array_length(attempts) > 0 THEN attempts
+                ELSE jsonb_build_array(jsonb_build_object('attempt', retry_count + 1, 'started', started,
+                                                          'worker', worker, 'pid', pid, 'fence', fence)) END
+        WHERE job_id = %(job)s AND id <> %(me)s AND status = 'RUNNING' AND fence < %(fence)s
+        """,
+        {"fence": fence, "job": job_id, "me": me},
+    )
 
 
 def _needs_state(job: registry.Job, execution_id: int | None, force: bool, rerun: bool) -> bool:
     if execution_id is not None:
         return True
-    if job.overlap == models.Overlap.SKIP or job.pattern == models.ExecutionPattern.RATE_LIMITED:
+    if _exclusive(job):
         return True
     slot_checked = job.pattern in (
         models.ExecutionPattern.STANDARD, models.ExecutionPattern.RERUN_ON_FAILURE
@@ -287,7 +315,7 @@ def begin(
         state: dict[str, Any] = {
             "succeeded": False, "failed": False, "live": False, "stale": False,
             "job_live": False, "own_status": None, "own_live": False, "own_forced": False, "own_retries": None,
-            "own_trigger": None, "own_force": False, "blocker": None,
+            "own_trigger": None, "own_force": False, "blocker": None, "job_stale": False,
         }
         if lock_busy or _needs_state(job, execution_id, force, rerun):
             state = _slot_state(cursor, job_id, slot, execution_id or 0)
@@ -325,6 +353,8 @@ def begin(
                 cursor, job, job_id, slot, execution_date, trigger, execution_id, reason,
                 celery_task_id, worker, pid,
             )
+        if state["job_stale"] and _exclusive(job):
+            _supersede(cursor, job_id, execution_id or 0, fence)
         if execution_id is not None:
             cursor.execute(
                 f"""
@@ -658,6 +688,43 @@ def finish_counting(
         )
         row = cursor.fetchone()
     return None if row is None else int(row[0])
+
+
+def own_claim(execution_id: int, worker: str, pid: int) -> Claim | None:
+    """The claim this process made of ``execution_id`` and committed, though the answer was lost
+    with the connection: the row is RUNNING, by this worker and process, with a live lease."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT run_number, fence, retry_count FROM {EXE} WHERE id = %s AND status = 'RUNNING'"
+            " AND worker = %s AND pid = %s AND lease_until > now()",
+            [execution_id, worker, pid],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    return Claim(outcome=S.RUNNING, execution_id=execution_id, run_number=row[0], fence=row[1], retry_count=row[2])
+
+
+def written_by(execution_id: int, fence: int, status: str, *, retrying: bool) -> str | bool:
+    """Whether this claim's outcome is already in the row (its write was committed but the answer
+    was lost with the connection, and the write tried again matched nothing): True for the final
+    ``status``, ``RETRYING`` for a retry of an attempt that ended ``status``, False otherwise
+    (another claim or the reconciler wrote it)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            SELECT status FROM {EXE}
+            WHERE id = %(id)s AND fence = %(fence)s AND (
+                (status = %(status)s AND completed)
+                OR (%(retrying)s AND status = 'RETRYING' AND attempts -> -1 ->> 'status' = %(status)s
+                    AND attempts -> -1 ->> 'fence' = %(fence)s::text))
+            """,
+            {"id": execution_id, "fence": fence, "status": status, "retrying": retrying},
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return False
+    return S.RETRYING if row[0] == S.RETRYING else True
 
 
 def count_fenced(job_id: int) -> None:
@@ -1120,19 +1187,21 @@ def due_jobs(now: dt.datetime, limit: int = 1000, among: list[int] | None = None
                        timezone=row[5], catch_up=row[6], job_timezone=row[7]) for row in cursor.fetchall()]
 
 
-def next_due() -> tuple[dt.datetime | None, bool]:
-    """The idle tick's one query: the earliest ``next_run_at`` of an unpaused job, and whether
-    any schedule was edited. Both halves are index lookups (``next_run_at``, and the partial
-    index of edited jobs: written as a scalar subquery, not ``EXISTS``, because only this form
-    lets the planner use it — ``EXISTS`` scans the whole table)."""
+def next_due() -> tuple[dt.datetime | None, bool, dt.datetime]:
+    """The idle tick's one query: the earliest ``next_run_at`` of an unpaused job, whether
+    any schedule was edited, and the database's clock (what "is it due" is decided by, so a
+    beat whose own clock is off dispatches nothing early or late). Both lookups use an index
+    (``next_run_at``, and the partial index of edited jobs: written as a scalar subquery, not
+    ``EXISTS``, because only this form lets the planner use it — ``EXISTS`` scans the whole table)."""
     with connection.cursor() as cursor:
         cursor.execute(
             f"""
             SELECT (SELECT next_run_at FROM {JOB} WHERE next_run_at IS NOT NULL AND NOT paused
                     ORDER BY next_run_at LIMIT 1),
-                   (SELECT id FROM {JOB} WHERE schedule_version <> schedule_seen ORDER BY id LIMIT 1) IS NOT NULL
+                   (SELECT id FROM {JOB} WHERE schedule_version <> schedule_seen ORDER BY id LIMIT 1) IS NOT NULL,
+                   clock_timestamp()
             """
         )
         row = cursor.fetchone()
     assert row is not None
-    return row[0], bool(row[1])
+    return row[0], bool(row[1]), row[2]

@@ -73,9 +73,12 @@ class Settings:
     NOTIFICATIONS: dict[str, Any] = dataclasses.field(default_factory=lambda: dict(NOTIFICATION_DEFAULTS))
     #: Where the admin is served (``https://ops.example.com``): alerts link to the execution.
     ADMIN_BASE_URL: str = ""
-    #: Bearer token for the status, health, metrics and run endpoints (besides staff
-    #: sessions); empty = sessions only.
-    API_TOKEN: str = ""
+    #: Deprecated: one Bearer token with every scope (read, run, force); use ``API_TOKENS``.
+    API_TOKEN: str = dataclasses.field(default="", repr=False)
+    #: Named Bearer tokens for the endpoints, each with its scopes:
+    #: ``{"prometheus": {"token": "...", "scopes": ["read"]}}`` (see ``tokens``); empty =
+    #: staff sessions only.
+    API_TOKENS: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
     #: Health: a leading beat unseen for ``BEAT_STALE_SECONDS``, or a job whose next slot is
     #: ``OVERDUE_SECONDS`` late, makes the health endpoint answer 503.
     HEALTH: dict[str, Any] = dataclasses.field(default_factory=lambda: dict(HEALTH_DEFAULTS))

@@ -17,7 +17,7 @@ from django.db.models.expressions import RawSQL
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
-from cron_celery import models, schedules
+from cron_celery import checks, models, schedules
 
 S = models.Status
 EXE = models.CronExecution._meta.db_table
@@ -132,3 +132,10 @@ def schedule_problem(job: models.CronJob) -> SafeString:
     return format_html('<div class="cron-schedule-problem" role="alert" style="color:#cf222e;max-width:32em">'
                        '<strong>Edit not applied:</strong> {}<br><small>{}</small></div>',
                        job.schedule_problem, meanwhile)
+
+
+def check_errors() -> list[dict[str, str]]:
+    """This web process's cron_celery system check errors, for the dashboard's banner (the
+    checks run once per process: ``checks.process_errors``)."""
+    return [{"id": message.id or "", "message": message.msg, "hint": message.hint or ""}
+            for message in checks.process_errors()]

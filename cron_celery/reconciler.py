@@ -124,15 +124,15 @@ def _expired_leases(report: Report, batch: int) -> None:
     with connection.cursor() as cursor:
         cursor.execute(
             f"""
-            SELECT e.id, e.job_id, j.task FROM {JOB} AS j CROSS JOIN LATERAL (
-                SELECT id, job_id, lease_until FROM {EXE}
+            SELECT e.id, e.job_id, j.task, e.celery_task_id FROM {JOB} AS j CROSS JOIN LATERAL (
+                SELECT id, job_id, lease_until, celery_task_id FROM {EXE}
                 WHERE job_id = j.id AND status = 'RUNNING' AND lease_until < now()) AS e
             ORDER BY e.lease_until LIMIT %s
             """,
             [batch],
         )
         rows = cursor.fetchall()
-    for execution_id, job_id, task_name in rows:
+    for execution_id, job_id, task_name, task_id in rows:
         ended = outcomes.dead(
             registry.by_task_name(task_name), job_id=job_id, execution_id=execution_id, status=S.LOST,
             error_code="LEASE_EXPIRED",
@@ -142,7 +142,9 @@ def _expired_leases(report: Report, batch: int) -> None:
         if ended is None:
             continue
         report.lost += 1
-        if ended.status == S.RETRYING and _send(task_name, ended.execution_id, ended.slot, ended.trigger):
+        # Under the execution's own task id, by which the stranded check finds its message.
+        if ended.status == S.RETRYING and _send(task_name, ended.execution_id, ended.slot, ended.trigger,
+                                                task_id or None):
             report.retried += 1
         job = registry.by_task_name(task_name)
         if job is not None:  # the job's live run is over: an execution waiting for it may start

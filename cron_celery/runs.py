@@ -14,12 +14,13 @@ import os
 import re
 import socket
 import threading
+import time
 import traceback as tb
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from celery.exceptions import SoftTimeLimitExceeded
-from django.db import DatabaseError, DataError, connection, transaction
+from django.db import DatabaseError, DataError, InterfaceError, OperationalError, connection, transaction
 
 from cron_celery import (
     claims,
@@ -263,6 +264,57 @@ def _record(job: registry.Job, claim: claims.Claim, slot: dt.datetime, *, countd
         )
 
 
+T = TypeVar("T")
+
+
+#: How long a claim or a final write keeps trying to reach a database that went away (at least).
+RECONNECT_SECONDS = 60.0
+
+#: SQLSTATEs of a session the server ended: admin_shutdown, crash_shutdown, cannot_connect_now.
+_ENDED_SESSION = ("57P01", "57P02", "57P03")
+
+
+def _reconnected(error: Exception, deadline: float, pause: float) -> bool:
+    """After a failed statement outside any transaction: True when the connection itself was
+    lost (the server restarted, or ended this session: no SQLSTATE, class 08, or 57P01-03;
+    never a statement's own error such as a deadlock or a timeout) and there is time left to
+    try again. A broken connection is closed first, so the next statement opens a new one.
+    Inside a transaction (an in-process call in a caller's ``atomic``) nothing is tried again."""
+    if connection.in_atomic_block:
+        return False
+    state = getattr(error.__cause__, "sqlstate", None)
+    if not (isinstance(error, InterfaceError) or state is None or state.startswith("08") or state in _ENDED_SESSION):
+        return False
+    with contextlib.suppress(Exception):
+        if not connection.is_usable():  # Django may already have opened a new one (leaving an atomic block)
+            connection.close()
+    if time.monotonic() + pause > deadline:
+        return False
+    time.sleep(pause)
+    return True
+
+
+def _reconnecting(write: Callable[[], T], what: str, extra: dict[str, object]) -> tuple[T, bool]:
+    """``write()``, tried again on a new connection while the database is unreachable, for up to
+    ``RECONNECT_SECONDS`` (a minute, or two leases when they are longer). Past the lease the
+    write is still worth trying: until the reconciler has ended the run, the fenced write lands
+    and nothing is lost; once it has (or another run of an exclusive job superseded this one),
+    the fence refuses it. Returns its value and whether it was tried more than once. Only for
+    statements that are safe to repeat: a claim of an existing execution and the fenced writes
+    (a repeat matches no row once the first one was committed)."""
+    deadline = time.monotonic() + max(RECONNECT_SECONDS, 2 * conf.settings.LEASE_SECONDS)
+    pause, retried = 0.2, False
+    while True:
+        try:
+            return write(), retried
+        except (OperationalError, InterfaceError) as error:
+            if not _reconnected(error, deadline, pause):
+                raise
+            logger.warning("lost the database while %s (%s); trying again on a new connection", what,
+                           str(error).strip()[:200], extra=extra)
+            pause, retried = min(2.0, pause * 2), True
+
+
 def call_job(func: Callable[..., Any], *args: Any) -> Any:
     """Call a job function; coroutine functions are run to completion."""
     value = func(*args)
@@ -286,6 +338,23 @@ def _begin(
             if refresh:
                 raise
     raise AssertionError("unreachable")
+
+
+def _claim(job: registry.Job, slot: dt.datetime, execution_date: dt.date, execution_id: int | None,
+           extra: dict[str, object], **options: Any) -> claims.Claim:
+    """``_begin``, tried again on a new connection only for an existing execution: a claim that
+    inserts one (``delay()``, an in-process run) is not repeated, since its commit may have landed.
+    A repeated claim that finds the execution RUNNING by this very process (the first try committed,
+    its answer was lost) takes that claim as its own instead of calling it a duplicate."""
+    if execution_id is None:
+        return _begin(job, slot, execution_date, execution_id=None, **options)
+    claim, retried = _reconnecting(lambda: _begin(job, slot, execution_date, execution_id=execution_id, **options),
+                                   "claiming the run", extra)
+    if retried and claim.outcome == claims.DUPLICATE and claim.status_seen == S.RUNNING:
+        mine = claims.own_claim(execution_id, HOSTNAME, os.getpid())
+        if mine is not None:
+            return mine
+    return claim
 
 
 def execute(
@@ -313,9 +382,8 @@ def execute(
     job_lock = locks.for_job(job)
     lock_state = job_lock.acquire(extra) if job_lock is not None else ""
     try:
-        claim = _begin(job, slot, execution_date, trigger=trigger, execution_id=execution_id,
-                       force=force, rerun=rerun, celery_task_id=celery_task_id,
-                       lease_seconds=lease, lock_busy=lock_state == locks.BUSY)
+        claim = _claim(job, slot, execution_date, execution_id, extra, trigger=trigger, force=force, rerun=rerun,
+                       celery_task_id=celery_task_id, lease_seconds=lease, lock_busy=lock_state == locks.BUSY)
     except BaseException:
         if job_lock is not None:
             job_lock.release()
@@ -406,18 +474,28 @@ def execute(
         status, message, code, stored = interpret(value)
     countdown = retries.countdown(job, claim.retry_count) if (
         allow_retry and retries.wanted(job, status, error, claim.retry_count)) else None
+    retried = False
     try:
         try:
-            written = _record(job, claim, slot, countdown=countdown, check_in_id=check_in_id, status=status,
-                              message=message, error_code=code, traceback=trace, result=stored)
+            written, retried = _reconnecting(
+                lambda: _record(job, claim, slot, countdown=countdown, check_in_id=check_in_id, status=status,
+                                message=message, error_code=code, traceback=trace, result=stored),
+                "recording the outcome", extra)
         except (DataError, ValueError) as problem:  # the data, not the connection: record what can be
             logger.exception("the outcome of execution %s (%s) cannot be stored; recording %s instead",
                              claim.execution_id, status, UNSTORABLE, extra=extra)
             message = _clean(f"The outcome ({status}: {message[:200]}) could not be stored: "
                              f"{type(problem).__name__}: {str(problem)[:500]}", 1000)
             status, code, trace, stored = S.FAILED, UNSTORABLE, "", None
-            written = _record(job, claim, slot, countdown=countdown, check_in_id=check_in_id, status=status,
-                              message=message, error_code=code, traceback=trace, result=stored)
+            written, retried = _reconnecting(
+                lambda: _record(job, claim, slot, countdown=countdown, check_in_id=check_in_id, status=status,
+                                message=message, error_code=code, traceback=trace, result=stored),
+                "recording the outcome", extra)
+        if retried and written is False:
+            # A commit whose answer was lost with the connection may have written it already.
+            written = claims.written_by(claim.execution_id, claim.fence, status, retrying=countdown is not None)
+            if written is True:
+                outcomes.announce(job, claim.execution_id, slot, status, code, message, check_in_id=check_in_id)
     except DatabaseError:
         logger.exception("could not record the outcome of execution %s", claim.execution_id,
                          extra=extra)

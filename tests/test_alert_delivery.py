@@ -10,7 +10,10 @@
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import re
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,9 +22,9 @@ from django.conf import settings
 from django.db import DatabaseError, connection
 from django.test import override_settings
 
-from cron_celery import alerts, claims, outcomes, registry, runs, tasks
+from cron_celery import alerts, claims, exceptions, outcomes, registry, runs, tasks
 from cron_celery.models import Alert, AlertStatus, CronExecution, CronJob, Status, Trigger
-from tests.conftest import make_job, wait_for
+from tests.conftest import ROOT, make_job, wait_for
 from tests.servers import HttpServer
 from tests.workers import Worker
 
@@ -160,3 +163,82 @@ def test_a_final_loss_while_the_lost_attempts_alert_is_being_sent_is_sent_again_
     assert Alert.objects.filter(execution_id=first.execution_id).count() == 1
     row = CronJob.objects.get(id=job_id)
     assert row.alerted_at is not None and row.consecutive_failures == 1
+
+
+# --- a receiver's check, as docs/notifications.md shows it -------------------------------------
+
+def documented_receiver() -> dict[str, Any]:
+    """The receiver code of docs/notifications.md (the python block that defines ``verify``),
+    run as a reader would copy it: the page cannot drift from what is tested."""
+    page = (ROOT / "docs" / "notifications.md").read_text(encoding="utf-8")
+    [code] = [block for block in re.findall(r"```python\n(.*?)```", page, flags=re.S) if "def verify(" in block]
+    namespace: dict[str, Any] = {}
+    exec(compile(code, "docs/notifications.md", "exec"), namespace)  # our own page, on purpose
+    return namespace
+
+
+def test_the_documented_verify_accepts_real_deliveries_and_refuses_replays(hook):
+    receiver = documented_receiver()
+    verify, rejected = receiver["verify"], receiver["Rejected"]
+    secret = "whsec-0123456789-abcdefghij"
+    job, _job_id = make_job(notify={"on_failure": ["webhook"]})
+    hook.answer(503, "busy")  # the first attempt fails: the alert is delivered again
+    with override_settings(CRON_CELERY={**settings.CRON_CELERY, "NOTIFICATIONS": {
+            "on_failure": ["webhook"], "webhook": {"url": f"{hook.url}/hooks/cron", "secret": secret}}}):
+        outcome = runs.execute(job, SLOT, lambda run: {"error": True, "message": "=HYPERLINK(evil)"},
+                               trigger=Trigger.MANUAL)
+        alert = Alert.objects.get(execution_id=outcome.execution_id)
+        with pytest.raises(exceptions.DeliveryFailed):
+            alerts.deliver(alert.id)
+        assert alerts.deliver(alert.id) == AlertStatus.SENT
+    first, retry = hook.received("/hooks/")
+    identity = hashlib.sha256(first.raw).hexdigest()
+    assert first.headers["x-cron-celery-delivery"] == retry.headers["x-cron-celery-delivery"] == identity
+    assert first.raw == retry.raw  # one alert, one body: each attempt signed its own timestamp
+
+    # Each attempt verifies on its own: a receiver that answered the first with 503 takes the retry.
+    got = verify(secret, retry.headers, retry.raw, set())
+    assert got is not None and (got["event"], got["execution_id"], got["error"]) == (
+        "FAILED", outcome.execution_id, "=HYPERLINK(evil)")
+    # A receiver that handled the first: the retry, and a replay of either, are not acted on again.
+    seen: set[str] = set()
+    assert verify(secret, first.headers, first.raw, seen) == got
+    assert verify(secret, retry.headers, retry.raw, seen) is None
+    assert verify(secret, first.headers, first.raw, seen) is None
+    # A replay after the tolerance is refused even by a receiver that no longer remembers it...
+    stamp = int(retry.headers["x-cron-celery-timestamp"])
+    assert verify(secret, retry.headers, retry.raw, set(), now=stamp + 299) == got
+    with pytest.raises(rejected, match="too old"):
+        verify(secret, retry.headers, retry.raw, set(), now=stamp + 301)
+    # ... and re-dating it, changing the body or guessing the secret breaks the signature.
+    redated = {**retry.headers, "x-cron-celery-timestamp": str(int(time.time()) + 1)}
+    tampered = retry.raw.replace(b"FAILED", b"SUCCEEDED")
+    for headers, body, key in ((redated, retry.raw, secret), (retry.headers, tampered, secret),
+                               (retry.headers, retry.raw, "not-the-secret")):
+        with pytest.raises(rejected, match="bad signature"):
+            verify(key, headers, body, set())
+    undated = {name: value for name, value in retry.headers.items() if name != "x-cron-celery-timestamp"}
+    with pytest.raises(rejected, match="no timestamp"):
+        verify(secret, undated, retry.raw, set())
+
+
+def test_a_lost_attempts_alert_delivered_while_the_next_attempt_runs_describes_the_lost_attempt(hook):
+    """The alert of a lost attempt may be delivered after the retry already started: it still
+    says the execution is being retried and names the attempt that was lost (it said RUNNING
+    and the next attempt's number, depending on who was faster)."""
+    job, job_id = make_job(max_retries=2, notify={"on_failure": ["webhook"]})
+    first = claims.begin(job=job, job_id=job_id, slot=SLOT, execution_date=SLOT.date(), trigger=Trigger.MANUAL,
+                         lease_seconds=60, worker="w1", pid=4242)
+    assert first.claimed and first.execution_id is not None
+    ended = outcomes.dead(job, job_id=job_id, status=Status.LOST, error_code="WORKER_LOST",
+                          message="its process died", worker="w1", pid=4242)
+    assert ended is not None and ended.status == Status.RETRYING
+    alert = Alert.objects.get(execution_id=first.execution_id, event="LOST")
+    second = claims.begin(job=job, job_id=job_id, slot=SLOT, execution_date=SLOT.date(), trigger=Trigger.MANUAL,
+                          lease_seconds=60, execution_id=first.execution_id, worker="w2", pid=4343)
+    assert second.claimed and CronExecution.objects.get(id=first.execution_id).status == Status.RUNNING
+    with webhook(hook.url):
+        assert alerts.deliver(alert.id) == AlertStatus.SENT
+    body = hook.received()[0].json()
+    assert (body["event"], body["status"], body["attempt"], body["error_code"]) == (
+        "LOST", Status.RETRYING, 1, "WORKER_LOST")

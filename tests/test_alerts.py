@@ -272,8 +272,10 @@ def test_slack_telegram_and_webhook_receive_the_failure_escaped_linked_and_signe
     (hook,) = http.received("/hooks/")
     assert hook.path == "/hooks/cron" and hook.headers["x-cron-celery-event"] == "FAILED"
     assert hook.headers["user-agent"] == "cron_celery"
-    expected = "sha256=" + hmac.new(SECRET.encode(), hook.raw, hashlib.sha256).hexdigest()
+    stamp = hook.headers["x-cron-celery-timestamp"]  # the signature covers "<timestamp>.<body>"
+    expected = "sha256=" + hmac.new(SECRET.encode(), stamp.encode() + b"." + hook.raw, hashlib.sha256).hexdigest()
     assert hmac.compare_digest(hook.headers["x-cron-celery-signature"], expected)
+    assert hook.headers["x-cron-celery-delivery"] == hashlib.sha256(hook.raw).hexdigest()
     assert "送金失敗".encode() in hook.raw  # UTF-8 on the wire, not \u escapes
     assert execution.duration is not None
     assert hook.json() == {
@@ -297,6 +299,8 @@ def test_a_webhook_without_a_secret_is_unsigned_and_a_recovery_is_reported_too(h
             assert alerts.deliver(alert.id) == SENT
     first, second = http.requests
     assert "x-cron-celery-signature" not in first.headers and "x-cron-celery-signature" not in second.headers
+    assert first.headers["x-cron-celery-timestamp"].isdigit()  # unsigned, but still dated and identified
+    assert first.headers["x-cron-celery-delivery"] == hashlib.sha256(first.raw).hexdigest()
     assert (first.headers["x-cron-celery-event"], second.headers["x-cron-celery-event"]) == ("FAILED", "RECOVERED")
     assert (first.json()["execution_id"], first.json()["admin_url"]) == (failed.execution_id, None)  # no base URL
     body = second.json()
@@ -885,3 +889,32 @@ def test_a_slack_webhook_path_echoed_by_the_endpoint_is_redacted(http):
     alert.refresh_from_db()
     assert "HTTP 404" in alert.last_error
     assert "s3cr3tSlackPath" not in alert.last_error
+
+
+def test_a_second_outage_of_a_weekly_job_alerts_missed_again_whatever_order_the_rows_were_written_in():
+    """Outage 1: a weekly catch-up ``latest`` job misses a slot and runs the next one late; that
+    run ends before the beat records the MISSED slot (the alert is written after the job's last
+    run). Outage 2, a week later: its MISSED slot alerts again (decided by slots, not by when
+    rows were written; before: suppressed as the same outage)."""
+    week = dt.timedelta(days=7)
+    first = dt.datetime(2026, 1, 5, 9, 0, tzinfo=dt.UTC)
+    with notifying({"on_failure": ["webhook"]}, RECONCILE=RECONCILE):
+        job, job_id = make_job("standard", "skip", catch_up="latest")
+        decision = claims.Decision(job_id=job_id, expected_next_run_at=None, next_run_at=first + 2 * week,
+                                   run=[first + week], missed=[first], tz=dt.UTC)
+        _, published, _ = claims.dispatch_many([decision])
+        (late,) = published
+        claim = claims.begin(job=job, job_id=job_id, slot=late.slot, execution_date=late.slot.date(),
+                             trigger=Trigger.CATCH_UP, execution_id=late.execution_id, lease_seconds=60)
+        assert claim.fence is not None
+        assert claims.finish(job_id=job_id, execution_id=late.execution_id, fence=claim.fence, status="SUCCEEDED")
+        with connection.cursor() as cursor:  # the run ended a moment before the MISSED slot was recorded
+            cursor.execute(f"UPDATE {claims.JOB} SET last_run_at = now() - interval '1 second' WHERE id = %s",
+                           [job_id])
+        assert outcomes.missed(claims.newest_missed([job_id])) == 1
+        decision = claims.Decision(job_id=job_id, expected_next_run_at=first + 2 * week,
+                                   next_run_at=first + 3 * week, run=[], missed=[first + 2 * week], tz=dt.UTC)
+        claims.dispatch_many([decision])
+        assert outcomes.missed(claims.newest_missed([job_id])) == 1
+    assert list(Alert.objects.filter(job_id=job_id).order_by("id").values_list("event", flat=True)) == [
+        "MISSED", "MISSED"]

@@ -19,6 +19,7 @@ def ids(messages):
 def test_a_clean_configuration_passes():
     assert checks.check_settings() == []
     assert checks.check_connection_reuse() == []
+    assert checks.check_tokens() == []
 
 
 @override_settings(CRON_CELERY={"LEASE_SECOND": 30})
@@ -70,6 +71,49 @@ THREE = ["redis://a:6379/0", "redis://b:6379/0", "redis://c:6379/0"]
 @override_settings(CRON_CELERY={"LOCK": {"MASTERS": THREE, "TTL": 30}})
 def test_three_masters_pass():
     assert checks.check_lock() == []
+
+
+# --- API tokens (docs/operations.md#tokens) --------------------------------------------------
+
+GOOD = "good-token-0123456789-abcdefghijklmn"
+
+
+def test_api_tokens_that_are_short_duplicated_or_badly_scoped_are_errors_that_never_show_the_value():
+    values = {
+        "ok": {"token": GOOD, "scopes": ["read"]},
+        "short": {"token": "s3cret-but-short", "scopes": ["read"]},
+        "twin-a": {"token": "twin-token-0123456789-abcdefghijklmn", "scopes": ["read"]},
+        "twin-b": {"token": "twin-token-0123456789-abcdefghijklmn", "scopes": ["run"]},
+        "scoped": {"token": "scoped-token-0123456789-abcdefghijkl", "scopes": ["read", "write"]},
+        "empty": {"token": "empty-token-0123456789-abcdefghijklm", "scopes": []},
+        "typo": {"tokn": "x", "scopes": ["read"]},
+        "bad name!": {"token": "named-token-0123456789-abcdefghijklm", "scopes": ["read"]},
+    }
+    with override_settings(CRON_CELERY={"API_TOKENS": values}):
+        found = checks.check_tokens()
+    assert set(ids(found)) == {"cron_celery.E014"}
+    text = "\n".join(message.msg for message in found)
+    assert "['short']['token'] is shorter than 32 characters" in text
+    assert "The API tokens 'twin-a', 'twin-b' have the same value" in text
+    assert "['scoped']['scopes'] has unknown scopes ['write']" in text
+    assert "['empty']['scopes'] is empty" in text
+    assert "['typo'] has unknown keys ['tokn']" in text and "['typo']['token'] must be a non-empty string" in text
+    assert "a name 'bad name!'" in text
+    assert len(found) == 7
+    for entry in values.values():
+        assert str(entry.get("token")) not in text
+    with override_settings(CRON_CELERY={"API_TOKENS": ["not", "a", "dict"]}):
+        assert ids(checks.check_tokens()) == ["cron_celery.E014"]
+
+
+def test_the_deprecated_api_token_is_a_warning_that_says_what_to_write_instead():
+    with override_settings(CRON_CELERY={"API_TOKEN": "legacy-token-0123456789"}):
+        (warning,) = checks.check_tokens()
+        assert checks.check_operations() == []
+    assert warning.id == "cron_celery.W002" and warning.level == checks.checks.WARNING
+    assert "'scopes': ['read', 'run', 'force']" in warning.msg and "legacy-token" not in warning.msg
+    with override_settings(CRON_CELERY={"API_TOKEN": "short"}):  # its old rule still stands
+        assert ids(checks.check_operations()) == ["cron_celery.E013"]
 
 
 # --- workers and beats refuse to start on an error ------------------------------------------

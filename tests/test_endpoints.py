@@ -12,6 +12,7 @@ import pytest
 from celery import Celery
 from celery._state import get_current_app
 from django.conf import settings
+from django.contrib.auth.models import Permission
 from django.db import connection
 from django.test import Client, override_settings
 from prometheus_client.parser import text_string_to_metric_families
@@ -22,8 +23,9 @@ from tests.conftest import make_job
 
 pytestmark = pytest.mark.django_db
 
-TOKEN = "s3cret"
+TOKEN = "ops-token-0123456789-abcdefghijklmnop"  # a token with every scope
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
+ALL_SCOPES = {"ops": {"token": TOKEN, "scopes": ["read", "run", "force"]}}
 EXE = CronExecution._meta.db_table
 JOB = CronJob._meta.db_table
 BEAT = BeatHeartbeat._meta.db_table
@@ -44,7 +46,7 @@ def cron_settings(**values: Any) -> override_settings:
     return override_settings(CRON_CELERY={**settings.CRON_CELERY, **values})
 
 
-with_token = cron_settings(API_TOKEN=TOKEN)
+with_token = cron_settings(API_TOKENS=ALL_SCOPES)
 
 
 def sql(statement: str, params: list[Any] | None = None) -> None:
@@ -100,7 +102,7 @@ def test_anonymous_callers_get_401_with_a_bearer_challenge_and_no_data(client, s
     job, _ = secret_job
     response = call(client, method, url)
     assert response.status_code == 401
-    assert response["WWW-Authenticate"] == "Bearer"
+    assert response["WWW-Authenticate"] == "Bearer"  # no credentials: a bare challenge (RFC 6750)
     assert list(response.json()) == ["error"]
     body = response.content.decode()
     assert job.name not in body and job.code not in body and "ACME" not in body
@@ -113,7 +115,7 @@ def test_a_wrong_bearer_token_gets_401(client, secret_job, method, url, header):
     with with_token:
         response = call(client, method, url, headers={"Authorization": header})
     assert response.status_code == 401
-    assert response["WWW-Authenticate"] == "Bearer"
+    assert response["WWW-Authenticate"] == 'Bearer error="invalid_token"'
     assert response.json() == {"error": "invalid token"}
     assert secret_job[0].name not in response.content.decode()
     assert CronExecution.objects.count() == 1
@@ -121,8 +123,8 @@ def test_a_wrong_bearer_token_gets_401(client, secret_job, method, url, header):
 
 @pytest.mark.parametrize(("method", "url"), ENDPOINTS)
 @pytest.mark.parametrize("header", [f"Bearer {TOKEN}", "Bearer ", "Bearer  "])
-def test_no_bearer_token_is_accepted_when_api_token_is_empty(client, secret_job, method, url, header):
-    with cron_settings(API_TOKEN=""):
+def test_no_bearer_token_is_accepted_when_no_token_is_configured(client, secret_job, method, url, header):
+    with cron_settings(API_TOKEN="", API_TOKENS={}):
         response = call(client, method, url, headers={"Authorization": header})
     assert response.status_code == 401
     assert secret_job[0].name not in response.content.decode()
@@ -139,14 +141,17 @@ def test_a_logged_in_user_who_is_not_staff_gets_403_and_no_data(client, django_u
     assert CronExecution.objects.count() == 1
 
 
-def test_a_staff_session_without_the_change_permission_may_read_but_not_run(client, django_user_model, queue):
+def test_a_staff_session_with_only_the_view_permission_may_read_but_not_run(client, django_user_model, queue):
     job, _job_id = make_job()
     staff = django_user_model.objects.create_user("ops-staff", password="pw-not-used", is_staff=True)
+    staff.user_permissions.add(Permission.objects.get(content_type__app_label="cron_celery",
+                                                      codename="view_cronexecution"))
     client.force_login(staff)
     assert client.get("/cron/status/").status_code == 200
     refused = client.post(f"/cron/run/{job.name}/")
     assert refused.status_code == 403
-    assert refused.json() == {"error": "the permission cron_celery.change_cronjob is needed"}
+    assert refused.json() == {"error": "the permission cron_celery.change_cronjob is needed",
+                              "missing_permission": "cron_celery.change_cronjob"}
     assert not CronExecution.objects.filter(task_name=job.name).exists()
 
 
@@ -276,7 +281,7 @@ HEALTH = {"BEAT_STALE_SECONDS": 30, "OVERDUE_SECONDS": 60}
 
 
 def health_of(client: Client) -> tuple[int, dict[str, Any]]:
-    with cron_settings(API_TOKEN=TOKEN, HEALTH=HEALTH):
+    with cron_settings(API_TOKENS=ALL_SCOPES, HEALTH=HEALTH):
         response = client.get("/cron/health/", headers=BEARER)
     return response.status_code, response.json()
 
@@ -285,7 +290,7 @@ def test_health_is_200_when_nothing_is_scheduled_even_without_a_beat(client):
     make_job()  # a job with no schedule and no next slot needs no beat
     code, body = health_of(client)
     assert code == 200
-    assert (body["status"], body["reasons"], body["beat"], body["overdue"]) == ("ok", [], None, [])
+    assert (body["status"], body["reasons"], body["beat"], body["overdue"], body["checks"]) == ("ok", [], None, [], [])
 
 
 def test_health_follows_the_leading_beat(client):

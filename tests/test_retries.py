@@ -390,6 +390,21 @@ def test_an_expired_run_with_attempts_left_is_lost_retried_and_sent_again(queue)
 
 
 @reconcile_settings
+def test_the_retry_the_reconciler_sends_keeps_the_executions_task_id_so_a_queued_message_is_found(queue):
+    """The retry of an expired run is sent under the execution's Celery task id: the stranded
+    check looks a RETRYING execution's message up by that id, and one sent under a new id would
+    look lost while it waits in a backlog (sent again, and finally given up as LOST)."""
+    job, job_id = make_job(max_retries=2)
+    execution_id = enqueue(job, job_id, trigger=Trigger.BEAT)
+    begin(job, job_id, execution_id=execution_id, worker="gone", pid=1)
+    claims.set_celery_task_id(execution_id, "the-first-message")
+    expire(execution_id)
+    assert reconciler.run_pass(NOW) == report(lost=1, retried=1)
+    (headers,) = queue.headers()
+    assert (headers["id"], row(execution_id).celery_task_id) == ("the-first-message", "the-first-message")
+
+
+@reconcile_settings
 def test_an_expired_run_without_attempts_left_is_lost_for_good_and_not_sent(queue):
     job, job_id = make_job()
     claim = begin(job, job_id, worker="gone", pid=1)

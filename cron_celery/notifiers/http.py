@@ -6,6 +6,7 @@ import hashlib
 import hmac
 import html
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -85,16 +86,22 @@ class TelegramChannel(Channel):
 
 class WebhookChannel(Channel):
     """Any HTTP endpoint: ``{"url": "...", "secret": "..."}``. The body is the message as
-    JSON; with a secret, ``X-Cron-Celery-Signature: sha256=<HMAC-SHA256 of the body>``."""
+    JSON. Every attempt carries ``X-Cron-Celery-Timestamp`` (Unix seconds, when it was sent)
+    and ``X-Cron-Celery-Delivery`` (the hex SHA-256 of the body: the same for every attempt
+    of one alert, so a receiver can drop duplicates); with a secret, also
+    ``X-Cron-Celery-Signature: sha256=<HMAC-SHA256 of "<timestamp>.<body>">``, so a receiver
+    can refuse an old or replayed delivery (docs/notifications.md shows how)."""
 
     required = ("url",)
     secrets = ("secret", "url")
 
     def send(self, message: Message, timeout: float) -> None:
         body = json.dumps(message.as_dict(), ensure_ascii=False, sort_keys=True).encode()
-        headers = {"Content-Type": "application/json; charset=utf-8", "X-Cron-Celery-Event": message.event}
+        stamp = str(int(time.time()))
+        headers = {"Content-Type": "application/json; charset=utf-8", "X-Cron-Celery-Event": message.event,
+                   "X-Cron-Celery-Timestamp": stamp, "X-Cron-Celery-Delivery": hashlib.sha256(body).hexdigest()}
         secret = self.options.get("secret")
         if secret:
-            digest = hmac.new(str(secret).encode(), body, hashlib.sha256).hexdigest()
+            digest = hmac.new(str(secret).encode(), stamp.encode() + b"." + body, hashlib.sha256).hexdigest()
             headers["X-Cron-Celery-Signature"] = f"sha256={digest}"
         post(str(self.options["url"]), body, timeout, headers)

@@ -102,8 +102,9 @@ def test_the_reconciler_judges_missed_slots_by_the_database_clock_not_the_worker
 
 
 def test_a_beat_whose_clock_is_off_says_so(faketime, tmp_path):
-    """Beat fires slots by its own clock (that is what a scheduler does), so a beat whose clock
-    is off from the database's must say so in its log."""
+    """A beat dispatches by the database's clock (tests/faults/test_skew.py), but a machine whose
+    clock is off the database's still needs fixing (retry countdowns read it): the beat says so
+    in its log."""
     log_path = tmp_path / "beat.log"
     with open(log_path, "ab") as log:
         beat = subprocess.Popen(

@@ -213,6 +213,7 @@ def _die_after_commit(sender: object = None, **kwargs: object) -> None:
 # Jobs of the other test modules, grouped by topic (each module declares its own).
 from tests.jobsapp import (  # noqa: E402
     jobs_buffer,
+    jobs_database,
     jobs_edits,
     jobs_leader,
     jobs_leases,
@@ -220,4 +221,4 @@ from tests.jobsapp import (  # noqa: E402
     jobs_routing,
 )
 
-__all__ = ["jobs_buffer", "jobs_edits", "jobs_leader", "jobs_leases", "jobs_results", "jobs_routing"]
+__all__ = ["jobs_buffer", "jobs_database", "jobs_edits", "jobs_leader", "jobs_leases", "jobs_results", "jobs_routing"]

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from cron_celery import schedule_sync
+from cron_celery import leadership, schedule_sync
 
 
 class Command(BaseCommand):
@@ -17,7 +17,7 @@ class Command(BaseCommand):
     )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        report = schedule_sync.sync()
+        report = schedule_sync.sync(leadership.database_now())  # the database's clock, as the beat's
         for title, names in (("created", report.created), ("updated from code", report.updated),
                              ("disabled (gone from the code)", report.disabled)):
             for name in names:

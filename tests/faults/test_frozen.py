@@ -1,0 +1,77 @@
+"""A worker frozen past its lease while it runs an exclusive job: the job's next run starts (the
+frozen one no longer owns it), and when the frozen worker wakes up its run is fenced: its
+outcome is not recorded beside the next run's, and the reconciler ends it ``LEASE_EXPIRED``.
+
+Real prefork workers (SIGSTOP / SIGCONT on the whole worker), real PostgreSQL, a lock Redis of
+the test's own; the bodies write a marker line when they end.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django.db import connection
+
+from cron_celery import reconciler, registry, tasks
+from cron_celery.models import CronExecution, CronJob, Status, Trigger
+from tests.conftest import marked, wait_for
+from tests.redis_servers import RedisServer
+from tests.workers import Worker
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+FIRST = dt.datetime(2026, 11, 21, 1, 0, tzinfo=dt.UTC)
+SECOND = FIRST + dt.timedelta(hours=1)
+
+
+@pytest.fixture
+def lock_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path).start()
+    yield server
+    server.stop()
+
+
+def _lease_expired(execution_id: int) -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT lease_until < now() FROM cron_celery_cronexecution WHERE id = %s", [execution_id])
+        row = cursor.fetchone()
+    return bool(row and row[0])
+
+
+def test_a_run_frozen_past_its_lease_is_fenced_once_the_next_run_of_its_exclusive_job_started(
+        tmp_path, marker, lock_redis):
+    env = {"CRON_TEST_MARKER": str(marker), "CRON_TEST_LOCK_MASTERS": lock_redis.url, "CRON_TEST_LOCK_TTL": "3",
+           "CRON_TEST_LEASE_SECONDS": "3", "CRON_TEST_SLEEP": "6", "CRON_TEST_LOG_LEVEL": "INFO"}
+    job = registry.get("W001")  # hourly-exclusive: overlap "skip", no retries
+    frozen = Worker(tmp_path, env, pool="prefork", concurrency=1).start()
+    other: Worker | None = None
+    try:
+        first = tasks.send_run(job, FIRST, Trigger.ENQUEUE)
+        wait_for(lambda: CronExecution.objects.get(id=first.execution_id).status == Status.RUNNING,
+                 what="the first slot to start")
+        frozen.signal(signal.SIGSTOP)  # the body, its heartbeat and the worker all stop
+        wait_for(lambda: _lease_expired(first.execution_id), what="the frozen run's lease to run out")
+        other = Worker(tmp_path, env, pool="prefork", concurrency=1).start()
+        second = tasks.send_run(job, SECOND, Trigger.ENQUEUE)
+        wait_for(lambda: CronExecution.objects.get(id=second.execution_id).status == Status.SUCCEEDED,
+                 what="the next slot to run while the first one's worker is frozen")
+        frozen.signal(signal.SIGCONT)  # wakes up, finishes its body and tries to record it
+        wait_for(lambda: len([line for line in marked(marker) if FIRST.isoformat() in line]) == 1,
+                 what="the frozen body to end")
+        wait_for(lambda: CronJob.objects.get(code="W001").fenced_count == 1, what="the late outcome to be fenced")
+    finally:
+        frozen.stop()
+        if other is not None:
+            other.stop()
+    row = CronExecution.objects.get(id=first.execution_id)
+    assert row.status == Status.RUNNING, "the frozen run's outcome was recorded beside the next run's"
+    report = reconciler.run_pass()  # ends it as a run whose worker stopped renewing its lease
+    row.refresh_from_db()
+    assert (row.status, row.error_code) == (Status.LOST, "LEASE_EXPIRED"), report
+    assert CronExecution.objects.get(id=second.execution_id).status == Status.SUCCEEDED
+    statuses = list(CronExecution.objects.filter(task_code="W001").values_list("status", flat=True))
+    assert statuses.count(Status.SUCCEEDED) == 1, statuses

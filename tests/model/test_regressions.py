@@ -1,0 +1,111 @@
+"""Straight-line tests of what the model test (test_model.py) found, on real rows.
+
+Each reproduces one counterexample's sequence with the real operations. A disagreement that is a
+question of design rather than a defect is kept here as a strict ``xfail`` until it is decided, so
+the day the behaviour changes the test says so.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.db import connection
+
+from cron_celery import claims, outcomes
+from cron_celery.models import CronExecution, CronJob, Trigger
+from tests.conftest import make_job
+
+pytestmark = pytest.mark.django_db
+
+SLOT = dt.datetime(2031, 3, 1, 1, 0, tzinfo=dt.UTC)
+
+
+def _live_runs(job_id: int) -> list[int]:
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT id FROM {claims.EXE} WHERE job_id = %s AND status = 'RUNNING' AND lease_until > now()",
+                       [job_id])
+        return [int(row[0]) for row in cursor.fetchall()]
+
+
+def test_a_late_heartbeat_does_not_make_two_live_runs_of_an_exclusive_job() -> None:
+    job, job_id = make_job("rate_limited", "skip")
+    first = claims.begin(job=job, job_id=job_id, slot=SLOT, execution_date=SLOT.date(), trigger=Trigger.MANUAL,
+                         lease_seconds=60)
+    assert first.claimed and first.fence is not None and first.execution_id is not None
+    with connection.cursor() as cursor:  # its worker froze: the lease runs out
+        cursor.execute(f"UPDATE {claims.EXE} SET lease_until = now() - interval '1 second' WHERE id = %s",
+                       [first.execution_id])
+    later = SLOT + dt.timedelta(hours=1)
+    second = claims.begin(job=job, job_id=job_id, slot=later, execution_date=later.date(), trigger=Trigger.MANUAL,
+                          lease_seconds=60)
+    assert second.claimed  # the job was free: its only run had no live lease
+    claims.heartbeat(first.execution_id, first.fence, 60)  # the frozen worker comes back
+    assert len(_live_runs(job_id)) <= 1, "two live runs of a rate_limited job"
+
+
+def test_a_superseded_run_is_fenced_and_its_history_keeps_the_fence_it_ran_under() -> None:
+    """The next run of an exclusive job starts once a frozen run's lease ran out: the frozen run's
+    heartbeat and final write are refused, and the reconciler ends it LEASE_EXPIRED with the
+    fence it ran under in its history (tests/faults/test_frozen.py does it with real workers)."""
+    job, job_id = make_job("standard", "skip")
+    first = claims.begin(job=job, job_id=job_id, slot=SLOT, execution_date=SLOT.date(), trigger=Trigger.MANUAL,
+                         lease_seconds=60)
+    assert first.claimed and first.fence is not None and first.execution_id is not None
+    with connection.cursor() as cursor:
+        cursor.execute(f"UPDATE {claims.EXE} SET lease_until = now() - interval '1 second' WHERE id = %s",
+                       [first.execution_id])
+    later = SLOT + dt.timedelta(hours=1)
+    second = claims.begin(job=job, job_id=job_id, slot=later, execution_date=later.date(), trigger=Trigger.MANUAL,
+                          lease_seconds=60)
+    assert second.claimed and second.fence is not None and second.fence > first.fence
+    assert second.execution_id is not None
+    assert not claims.heartbeat(first.execution_id, first.fence, 60)
+    assert not claims.finish(job_id=job_id, execution_id=first.execution_id, fence=first.fence,
+                             status="SUCCEEDED")
+    ended = claims.end_dead_attempts(job_id=job_id, status="LOST", error_code="LEASE_EXPIRED",
+                                     message="its worker stopped renewing the lease", execution_id=first.execution_id)
+    assert ended is not None and ended.status == "LOST"
+    row = CronExecution.objects.get(id=first.execution_id)
+    assert [(entry["attempt"], entry["fence"], entry["status"]) for entry in row.attempts] == [
+        (1, first.fence, "LOST")]
+    assert claims.finish(job_id=job_id, execution_id=second.execution_id, fence=second.fence, status="SUCCEEDED")
+
+
+def _expire(execution_id: int) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(f"UPDATE {claims.EXE} SET lease_until = now() - interval '1 second' WHERE id = %s",
+                       [execution_id])
+
+
+@pytest.mark.parametrize("retried", [False, True], ids=["running-expired", "retrying"])
+def test_two_workers_delivering_an_attempted_execution_of_a_paused_job_give_it_up_once(retried: bool) -> None:
+    """The model's to-do: two workers receive the message of an attempted ``rerun_on_failure``/
+    ``allow`` execution (an in-process run whose worker vanished, retried by the reconciler or not
+    yet) at the same instant while its job is paused. Worst interleaving: both claims decide
+    before either gives up. The execution ends once with its own failure (LOST, the give-up), the
+    job counts one failure, and the second worker's call changes nothing — never CAPPED: attempts
+    remain (``retry_count`` 0, or 1 of 1 but RETRYING, not a vanished last attempt)."""
+    job, job_id = make_job("rerun_on_failure", "allow", max_retries=1)
+    first = claims.begin(job=job, job_id=job_id, slot=SLOT, execution_date=SLOT.date(), trigger=Trigger.MANUAL,
+                         lease_seconds=60)
+    assert first.claimed and first.execution_id is not None
+    execution_id = first.execution_id
+    _expire(execution_id)
+    if retried:  # the reconciler's first step: a lost attempt, retried
+        ended = claims.end_dead_attempts(job_id=job_id, status="LOST", error_code="LEASE_EXPIRED",
+                                         message="lost", execution_id=execution_id)
+        assert ended is not None and ended.status == "RETRYING" and ended.retry_count == 1
+    CronJob.objects.filter(id=job_id).update(paused=True)
+    decided = [claims.begin(job=job, job_id=job_id, slot=SLOT, execution_date=SLOT.date(), trigger=Trigger.MANUAL,
+                            execution_id=execution_id) for _ in range(2)]
+    assert [claim.outcome for claim in decided] == [claims.GIVE_UP, claims.GIVE_UP], decided
+    given = [outcomes.given_up(job, job_id=job_id, execution_id=execution_id, note="not retried: the job is paused")
+             for _ in decided]
+    assert given[0] is not None and given[0].status == "LOST" and given[1] is None, given
+    row = CronExecution.objects.get(id=execution_id)
+    assert (row.status, row.retry_count) == ("LOST", 1 if retried else 0)
+    assert CronJob.objects.get(id=job_id).consecutive_failures == 1
+    later = claims.begin(job=job, job_id=job_id, slot=SLOT, execution_date=SLOT.date(), trigger=Trigger.MANUAL,
+                         execution_id=execution_id)
+    assert (later.outcome, later.status_seen) == (claims.DUPLICATE, "LOST")
