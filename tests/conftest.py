@@ -171,3 +171,8 @@ def db_now() -> dt.datetime:
         row = cursor.fetchone()
     assert row is not None and isinstance(row[0], dt.datetime)
     return row[0]
+
+
+# The model test's Hypothesis profiles (model-ci, long): registered before the options are read, so
+# `pytest tests --hypothesis-profile=long` works for the whole suite.
+from tests.model import profiles as _model_profiles  # noqa: E402, F401

@@ -72,9 +72,10 @@ def test_a_heartbeat_renewing_a_stale_run_while_the_next_run_is_claimed_leaves_o
                        [first.execution_id])
     real = claims._supersede
     renewed: list[Any] = []
+    stale_id, stale_fence = first.execution_id, first.fence
 
     def racing(cursor: Any, job_id_: int, me: int, fence: int) -> None:
-        renewed.append(_in_thread(lambda: claims.heartbeat(first.execution_id, first.fence, 60)))
+        renewed.append(_in_thread(lambda: claims.heartbeat(stale_id, stale_fence, 60)))
         real(cursor, job_id_, me, fence)
 
     monkeypatch.setattr(claims, "_supersede", racing)

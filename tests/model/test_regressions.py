@@ -12,8 +12,8 @@ import datetime as dt
 import pytest
 from django.db import connection
 
-from cron_celery import claims, outcomes
-from cron_celery.models import CronExecution, CronJob, Trigger
+from cron_celery import claims, outcomes, registry
+from cron_celery.models import Alert, CronExecution, CronJob, Trigger
 from tests.conftest import make_job
 
 pytestmark = pytest.mark.django_db
@@ -109,3 +109,36 @@ def test_two_workers_delivering_an_attempted_execution_of_a_paused_job_give_it_u
     later = claims.begin(job=job, job_id=job_id, slot=SLOT, execution_date=SLOT.date(), trigger=Trigger.MANUAL,
                          execution_id=execution_id)
     assert (later.outcome, later.status_seen) == (claims.DUPLICATE, "LOST")
+
+
+def test_a_missed_slot_after_a_run_started_is_a_new_outage_and_alerts_again() -> None:
+    """Found by the model (its own error: it ended an outage only when a run ended). The beat comes
+    back late twice for an ``always`` job with catch-up ``latest``: each time the older slot is
+    MISSED and the newer one runs. The run of the first return started before the second outage,
+    so that outage alerts MISSED too — one alert per job and outage, outages told apart by slots."""
+    job, job_id = make_job("always", "skip", catch_up="latest", notify={"on_failure": ["webhook"]})
+    registry.register(job)  # the MISSED alert asks the registry for the job's channels
+    try:
+        _two_outages(job, job_id)
+    finally:
+        registry.unregister(job.name)
+
+
+def _two_outages(job: registry.Job, job_id: int) -> None:
+    def beat_back_late(missed: dt.datetime, run: dt.datetime, expected: dt.datetime | None) -> int:
+        decision = claims.Decision(job_id=job_id, expected_next_run_at=expected,
+                                   next_run_at=run + dt.timedelta(hours=1),
+                                   run=[run], missed=[missed], tz=job.tzinfo)
+        advanced, publish, missed_count = claims.dispatch_many([decision])
+        assert job_id in advanced and len(publish) == 1 and missed_count == 1
+        outcomes.missed(claims.newest_missed([job_id]))
+        return publish[0].execution_id
+
+    hour = dt.timedelta(hours=1)
+    first = beat_back_late(SLOT, SLOT + hour, None)
+    assert Alert.objects.filter(job_id=job_id, event="MISSED").count() == 1
+    claim = claims.begin(job=job, job_id=job_id, slot=SLOT + hour, execution_date=SLOT.date(), trigger=Trigger.BEAT,
+                         execution_id=first)
+    assert claim.claimed  # it started (and still runs)
+    beat_back_late(SLOT + 2 * hour, SLOT + 3 * hour, SLOT + 2 * hour)
+    assert Alert.objects.filter(job_id=job_id, event="MISSED").count() == 2

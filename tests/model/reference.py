@@ -1,0 +1,328 @@
+"""A small pure-Python reference model of the claim protocol: what each operation must do.
+
+It is written from the guarantees in docs/concepts.md and docs/reliability.md, not from the SQL:
+one execution per row, the pattern's slot check, the overlap policy (a regular beat slot that meets
+a live run is skipped; a requested slot and every retry wait), fences, leases, the attempt cap, the
+reconciler's four steps (three of which matter here), the failure streak and the alert policy
+(``on_failure`` and ``on_recovery`` channels, ``alert_after``, no repeat).
+
+Time is abstract: a lease is live or expired, and an open execution is ``fresh`` until the
+reconciler's grace period has passed since its ``lease_until``/``created_at`` was last set.
+Nothing here touches a database; the state machine in ``test_model.py`` runs the real operations
+and compares the rows with this model after every step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+
+OPEN = ("PENDING", "RUNNING", "RETRYING")
+FINAL = ("SUCCEEDED", "FAILED", "TIMED_OUT", "LOST", "SKIPPED", "MISSED", "REVOKED")
+FAILING = ("FAILED", "TIMED_OUT", "LOST")
+#: Triggers whose executions wait for a live run of their exclusive job instead of being skipped.
+BUFFERED = ("BACKFILL", "CATCH_UP", "ENQUEUE", "ADMIN")
+
+# What a delivery (or an in-process call) must do.
+CLAIM, SKIP, DUPLICATE, WAITING, GIVE_UP, CAPPED = "CLAIM", "SKIP", "DUPLICATE", "WAITING", "GIVE_UP", "CAPPED"
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    """A job's declaration, as far as the protocol cares."""
+
+    key: str  # the model's short name for the job
+    pattern: str  # standard, rerun_on_failure, always, rate_limited
+    overlap: str  # skip, allow
+    max_retries: int
+    retry_on_failure: bool
+    catch_up: str  # none, latest, all
+    alert_after: int
+
+    @property
+    def exclusive(self) -> bool:
+        return self.overlap == "skip" or self.pattern == "rate_limited"
+
+    @property
+    def slot_checked(self) -> bool:
+        return self.pattern in ("standard", "rerun_on_failure")
+
+
+@dataclasses.dataclass
+class Exe:
+    """One execution row, as the model expects it."""
+
+    id: int
+    job: str
+    slot: dt.datetime
+    trigger: str
+    forced: bool = False  # past the slot check (--rerun, --force, a backfill)
+    force: bool = False  # past a pause too (--force)
+    status: str = "PENDING"
+    retry_count: int = 0
+    fence: int | None = None
+    live: bool = False  # RUNNING with a lease that has not expired
+    waiting: bool = False  # waiting_since set
+    fresh: bool = True  # the reconciler's grace period has not passed since lease_until/created_at
+    republished: int = 0
+    attempted: bool = False  # it had an attempt (claimed at least once)
+    skip_reason: str = ""
+    last_failure: str = "FAILED"  # the status of its last failed attempt (what a give-up ends with)
+    claims: list[int] = dataclasses.field(default_factory=list)  # the fence of each of its claims, in order
+
+    @property
+    def open(self) -> bool:
+        return self.status in OPEN
+
+
+@dataclasses.dataclass
+class JobState:
+    spec: Spec
+    paused: bool = False
+    consecutive_failures: int = 0
+    fenced_count: int = 0
+    alerted: bool = False  # alerted_at set: the current failure incident was alerted
+    alerts: set[tuple[int, str]] = dataclasses.field(default_factory=set)  # (execution id, event)
+    next_slot: int = 0  # index of the next slot the beat dispatches
+    next_run_at: dt.datetime | None = None  # what the job's row holds (the beat's expectation)
+    top_fence: int = 0  # the largest fence any claim of the job got
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    kind: str
+    reason: str = ""
+
+
+class Model:
+    """The expected state of every job and execution of one example."""
+
+    def __init__(self, specs: list[Spec]) -> None:
+        self.jobs = {spec.key: JobState(spec) for spec in specs}
+        self.exes: dict[int, Exe] = {}
+
+    # ---- what the job is doing -------------------------------------------------------------
+
+    def of_job(self, key: str) -> list[Exe]:
+        return [exe for exe in self.exes.values() if exe.job == key]
+
+    def live_runs(self, key: str, besides: int | None = None) -> list[Exe]:
+        return [exe for exe in self.of_job(key) if exe.status == "RUNNING" and exe.live and exe.id != besides]
+
+    def job_free(self, key: str) -> bool:
+        return not self.live_runs(key)
+
+    # ---- the claim ---------------------------------------------------------------------------
+
+    def _slot_reason(self, spec: Spec, slot: dt.datetime, me: int | None) -> str:
+        """The pattern's slot check (standard, rerun_on_failure): '' when the slot may run."""
+        if not spec.slot_checked:
+            return ""
+        same = [exe for exe in self.of_job(spec.key) if exe.slot == slot and exe.id != me]
+        if any(exe.status in ("PENDING", "RETRYING") or (exe.status == "RUNNING" and exe.live) for exe in same):
+            return "ALREADY_RUNNING"
+        if any(exe.status == "SUCCEEDED" for exe in same):
+            return "ALREADY_RAN"
+        if spec.pattern == "standard" and any(
+                exe.status in ("FAILED", "TIMED_OUT", "LOST", "REVOKED") or (exe.status == "RUNNING" and not exe.live)
+                for exe in same):
+            return "ALREADY_RAN"
+        return ""
+
+    def decide_delivery(self, execution_id: int, *, force: bool = False, rerun: bool = False) -> Decision:
+        """What a delivered message for an existing execution must do."""
+        exe = self.exes.get(execution_id)
+        if exe is None or exe.status in FINAL or (exe.status == "RUNNING" and exe.live):
+            return Decision(DUPLICATE)
+        job = self.jobs[exe.job]
+        spec = job.spec
+        if exe.status == "RUNNING" and exe.retry_count >= spec.max_retries:
+            return Decision(CAPPED)  # its worker vanished on the last allowed attempt: LOST, not taken over
+        force = force or exe.force
+        rerun = rerun or exe.forced
+        attempted = exe.status in ("RETRYING", "RUNNING")
+        if job.paused and not force:
+            return Decision(GIVE_UP, "PAUSED") if attempted else Decision(SKIP, "PAUSED")
+        if not (force or rerun or attempted):
+            reason = self._slot_reason(spec, exe.slot, exe.id)
+            if reason:
+                return Decision(SKIP, reason)
+        if spec.exclusive and self.live_runs(exe.job, besides=exe.id):
+            buffered = exe.trigger in BUFFERED and spec.pattern != "rate_limited"
+            if attempted or buffered:
+                return Decision(WAITING, "OVERLAP")
+            return Decision(SKIP, "OVERLAP")
+        return Decision(CLAIM)
+
+    def decide_new(self, key: str, slot: dt.datetime, *, force: bool = False, rerun: bool = False) -> Decision:
+        """What an in-process call (``run_cron_task`` without ``--enqueue``) must do: a new row."""
+        job = self.jobs[key]
+        if job.paused and not force:
+            return Decision(SKIP, "PAUSED")
+        if not (force or rerun):
+            reason = self._slot_reason(job.spec, slot, None)
+            if reason:
+                return Decision(SKIP, reason)
+        if job.spec.exclusive and self.live_runs(key):
+            return Decision(SKIP, "OVERLAP")
+        return Decision(CLAIM)
+
+    def claimed(self, exe: Exe, fence: int) -> None:
+        """The claim ran: RUNNING with a new fence; a takeover counts as another attempt.
+
+        As ``claims._supersede``: a claim of an exclusive job supersedes every other RUNNING
+        execution of the job whose lease expired (and whose fence is smaller): that one takes this
+        claim's fence, so its late heartbeat and finish are refused; it stays RUNNING until the
+        reconciler ends it. Its own claims (its ``attempts`` history) keep the fences it ran under.
+        """
+        job = self.jobs[exe.job]
+        if job.spec.exclusive:
+            for other in self.of_job(exe.job):
+                if other.id != exe.id and other.status == "RUNNING" and not other.live and (other.fence or 0) < fence:
+                    other.fence = fence
+        if exe.status == "RUNNING":
+            exe.retry_count += 1
+        exe.status, exe.live, exe.waiting, exe.attempted = "RUNNING", True, False, True
+        exe.fence = fence
+        exe.claims.append(fence)
+        job.top_fence = max(job.top_fence, fence)
+
+    def mark_waiting(self, exe: Exe) -> None:
+        if exe.status in ("PENDING", "RETRYING"):
+            exe.waiting, exe.fresh, exe.republished = True, True, 0
+
+    def skipped(self, exe: Exe, reason: str) -> None:
+        exe.status, exe.skip_reason, exe.waiting = "SKIPPED", reason, False
+
+    # ---- outcomes ------------------------------------------------------------------------------
+
+    def final(self, exe: Exe, status: str) -> None:
+        """A final outcome written: the failure streak and the alert policy follow it."""
+        job = self.jobs[exe.job]
+        exe.status, exe.live, exe.waiting = status, False, False
+        if status == "SUCCEEDED":
+            if job.alerted:
+                job.alerts.add((exe.id, "RECOVERED"))
+            job.alerted = False
+            job.consecutive_failures = 0
+        elif status in FAILING:
+            job.consecutive_failures += 1
+            if not job.alerted and job.consecutive_failures >= job.spec.alert_after:
+                job.alerts.add((exe.id, status))
+                job.alerted = True
+        if status == "MISSED":
+            self.missed_alert(exe)
+
+    def missed_alert(self, exe: Exe) -> None:
+        """MISSED slots alert once per job and outage. An outage is the run of MISSED slots after the
+        job's newest slot that started (was claimed): decided by slots, not by when rows were written."""
+        job = self.jobs[exe.job]
+        started = [other.slot for other in self.of_job(exe.job) if other.attempted]
+        newest_start = max(started, default=None)
+        alerted = {execution_id for execution_id, event in job.alerts if event == "MISSED"}
+        if not any(other.id in alerted and other.id != exe.id and (newest_start is None or other.slot > newest_start)
+                   for other in self.of_job(exe.job)):
+            job.alerts.add((exe.id, "MISSED"))
+
+    def retried(self, exe: Exe, failure: str) -> None:
+        exe.status, exe.live, exe.retry_count, exe.fresh = "RETRYING", False, exe.retry_count + 1, True
+        exe.last_failure = failure
+
+    def finish(self, exe: Exe, fence: int, result: str, *, on_worker: bool) -> str:
+        """A body ended with ``result`` (ok, fail, logical, timeout): the status written, or FENCED."""
+        job = self.jobs[exe.job]
+        if exe.status != "RUNNING" or exe.fence != fence:
+            job.fenced_count += 1
+            return "FENCED"
+        status = {"ok": "SUCCEEDED", "fail": "FAILED", "logical": "FAILED", "timeout": "TIMED_OUT"}[result]
+        wanted = status != "SUCCEEDED" and (result != "logical" or job.spec.retry_on_failure)
+        if on_worker and wanted and exe.retry_count < job.spec.max_retries:
+            self.retried(exe, status)
+            return "RETRYING"
+        self.final(exe, status)
+        return status
+
+    def heartbeat(self, exe: Exe, fence: int) -> bool:
+        """A worker renews its lease: only while its claim still holds (not superseded, not taken over)."""
+        if exe.status == "RUNNING" and exe.fence == fence:
+            exe.live = True
+            return True
+        return False
+
+    def dead_attempt(self, exe: Exe) -> str:
+        """A RUNNING attempt whose lease expired, ended by the reconciler (or a capped redelivery)."""
+        job = self.jobs[exe.job]
+        if exe.retry_count < job.spec.max_retries:
+            self.retried(exe, "LOST")
+            job.alerts.add((exe.id, "LOST"))  # a lost worker alerts at once, once per execution
+            return "RETRYING"
+        self.final(exe, "LOST")
+        return "LOST"
+
+    def give_up(self, exe: Exe) -> str:
+        """An attempted execution that reached a paused job ends with its own failure."""
+        status = "LOST" if exe.status == "RUNNING" else exe.last_failure
+        self.final(exe, status)
+        return status
+
+    def next_waiting(self, key: str) -> Exe | None:
+        """The job's oldest waiting execution, when the job is free: it is sent again now."""
+        if not self.jobs[key].spec.exclusive or not self.job_free(key):
+            return None
+        waiting = sorted((exe for exe in self.of_job(key) if exe.waiting and exe.status in ("PENDING", "RETRYING")),
+                         key=lambda exe: (exe.slot, exe.id))
+        if not waiting:
+            return None
+        waiting[0].fresh = True
+        return waiting[0]
+
+    # ---- time ------------------------------------------------------------------------------
+
+    def time_passes(self) -> None:
+        """More than the reconciler's grace period passes (leases are far longer)."""
+        for exe in self.exes.values():
+            exe.fresh = False
+
+    def expire(self, exe: Exe) -> None:
+        exe.live = False
+
+    # ---- the reconciler ----------------------------------------------------------------------
+
+    def reconcile(self, expired_order: list[int], queued: set[int], republish_limit: int) -> None:
+        """One pass: expired leases (``expired_order``: their ids in the pass's order), then
+        stranded executions (``queued``: those whose message the broker still holds)."""
+        for execution_id in expired_order:
+            exe = self.exes[execution_id]
+            self.dead_attempt(exe)
+            exe.fresh = True
+            self.next_waiting(exe.job)
+        stranded = []
+        for exe in sorted(self.exes.values(), key=lambda exe: (exe.job, exe.slot)):
+            if exe.status not in ("PENDING", "RETRYING") or exe.fresh:
+                continue
+            if exe.waiting:
+                oldest = sorted((other for other in self.of_job(exe.job)
+                                 if other.waiting and other.status in ("PENDING", "RETRYING")),
+                                key=lambda other: (other.slot, other.id))
+                if not self.job_free(exe.job) or oldest[0].id != exe.id:
+                    continue
+            stranded.append(exe)
+        for exe in stranded:
+            spec = self.jobs[exe.job].spec
+            if exe.id in queued:
+                exe.fresh = True  # late, not lost
+                continue
+            if exe.waiting:
+                exe.fresh = True  # sent again, never given up
+                continue
+            by_beat = exe.status == "PENDING" and exe.trigger in ("BEAT", "CATCH_UP")
+            newer = any(other.slot > exe.slot and other.trigger in ("BEAT", "CATCH_UP")
+                        for other in self.of_job(exe.job))
+            if by_beat and (spec.catch_up == "none" or (spec.catch_up == "latest" and newer)):
+                self.final(exe, "MISSED")
+                continue
+            if exe.republished >= republish_limit:
+                self.final(exe, "LOST")
+                continue
+            exe.republished += 1
+            exe.fresh = True
