@@ -63,14 +63,23 @@ def marker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return path
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float = 60.0, what: str = "condition") -> None:
-    """Poll until ``predicate()`` is true; fail the test with ``what`` after ``timeout`` s."""
+def wait_for(predicate: Callable[[], bool], timeout: float = 60.0, what: str = "condition",
+             poll: float = 0.05) -> None:
+    """Poll until ``predicate()`` is true (every ``poll`` s); fail the test with ``what`` after
+    ``timeout`` s — a guard against a hang, never a measure of speed."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
             return
-        time.sleep(0.05)
+        time.sleep(poll)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def expire_lease(execution_id: int) -> None:
+    """The run's worker froze: its lease ran out a second ago (on the database's clock)."""
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE cron_celery_cronexecution SET lease_until = now() - interval '1 second'"
+                       " WHERE id = %s", [execution_id])
 
 
 def marked(path: Path) -> list[str]:

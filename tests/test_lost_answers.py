@@ -14,7 +14,7 @@ from django.db import OperationalError, connection, connections
 
 from cron_celery import claims, runs
 from cron_celery.models import CronExecution, Status, Trigger
-from tests.conftest import make_job
+from tests.conftest import expire_lease, make_job
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -67,9 +67,7 @@ def test_a_heartbeat_renewing_a_stale_run_while_the_next_run_is_claimed_leaves_o
     first = claims.begin(job=job, job_id=job_id, slot=SLOT, execution_date=SLOT.date(), trigger=Trigger.MANUAL,
                          lease_seconds=60)
     assert first.claimed and first.execution_id is not None and first.fence is not None
-    with connection.cursor() as cursor:
-        cursor.execute(f"UPDATE {claims.EXE} SET lease_until = now() - interval '1 second' WHERE id = %s",
-                       [first.execution_id])
+    expire_lease(first.execution_id)  # its worker froze: the lease runs out
     real = claims._supersede
     renewed: list[Any] = []
     stale_id, stale_fence = first.execution_id, first.fence

@@ -14,7 +14,6 @@ import datetime as dt
 import json
 import queue as queue_module
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -25,6 +24,7 @@ from django.db import connection, transaction
 
 from cron_celery import TrackedTask, claims, models, reconciler, registry, runs, tasks
 from tests.celery_app import app
+from tests.conftest import wait_for
 from tests.model.reference import Spec
 
 EXE = models.CronExecution._meta.db_table
@@ -97,10 +97,8 @@ class Worker(threading.Thread):
 
     def settle(self) -> None:
         """Wait until the body is running (blocked on its command) or the call is over."""
-        deadline = time.monotonic() + WAIT
-        while not (self.entered.is_set() or self.done.is_set()):
-            assert time.monotonic() < deadline, "a delivery neither started its body nor returned"
-            time.sleep(0.005)
+        wait_for(lambda: self.entered.is_set() or self.done.is_set(), WAIT,
+                 "a delivery to start its body or return", poll=0.005)
 
     def end(self, command: str) -> None:
         """Let the body end with ``command`` (ok, fail, logical, timeout) and wait for the call."""
@@ -364,10 +362,7 @@ def blocked_by(holder_pid: int) -> bool:
 
 
 def wait_until(predicate: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.005)
+    wait_for(predicate, WAIT, what, poll=0.005)
 
 
 # ---- the clock and the rows ------------------------------------------------------------------------

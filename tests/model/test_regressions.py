@@ -1,8 +1,7 @@
 """Straight-line tests of what the model test (test_model.py) found, on real rows.
 
-Each reproduces one counterexample's sequence with the real operations. A disagreement that is a
-question of design rather than a defect is kept here as a strict ``xfail`` until it is decided, so
-the day the behaviour changes the test says so.
+Each reproduces one counterexample's sequence with the real operations, and failed on the code
+(or, where the model was wrong, on the model) it was found against.
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ from django.db import connection
 
 from cron_celery import claims, outcomes, registry
 from cron_celery.models import Alert, CronExecution, CronJob, Trigger
-from tests.conftest import make_job
+from tests.conftest import expire_lease, make_job
 
 pytestmark = pytest.mark.django_db
 
@@ -33,9 +32,7 @@ def test_a_late_heartbeat_does_not_make_two_live_runs_of_an_exclusive_job() -> N
     first = claims.begin(job=job, job_id=job_id, slot=SLOT, execution_date=SLOT.date(), trigger=Trigger.MANUAL,
                          lease_seconds=60)
     assert first.claimed and first.fence is not None and first.execution_id is not None
-    with connection.cursor() as cursor:  # its worker froze: the lease runs out
-        cursor.execute(f"UPDATE {claims.EXE} SET lease_until = now() - interval '1 second' WHERE id = %s",
-                       [first.execution_id])
+    expire_lease(first.execution_id)  # its worker froze: the lease runs out
     later = SLOT + dt.timedelta(hours=1)
     second = claims.begin(job=job, job_id=job_id, slot=later, execution_date=later.date(), trigger=Trigger.MANUAL,
                           lease_seconds=60)
@@ -52,9 +49,7 @@ def test_a_superseded_run_is_fenced_and_its_history_keeps_the_fence_it_ran_under
     first = claims.begin(job=job, job_id=job_id, slot=SLOT, execution_date=SLOT.date(), trigger=Trigger.MANUAL,
                          lease_seconds=60)
     assert first.claimed and first.fence is not None and first.execution_id is not None
-    with connection.cursor() as cursor:
-        cursor.execute(f"UPDATE {claims.EXE} SET lease_until = now() - interval '1 second' WHERE id = %s",
-                       [first.execution_id])
+    expire_lease(first.execution_id)  # its worker froze: the lease runs out
     later = SLOT + dt.timedelta(hours=1)
     second = claims.begin(job=job, job_id=job_id, slot=later, execution_date=later.date(), trigger=Trigger.MANUAL,
                           lease_seconds=60)
@@ -72,12 +67,6 @@ def test_a_superseded_run_is_fenced_and_its_history_keeps_the_fence_it_ran_under
     assert claims.finish(job_id=job_id, execution_id=second.execution_id, fence=second.fence, status="SUCCEEDED")
 
 
-def _expire(execution_id: int) -> None:
-    with connection.cursor() as cursor:
-        cursor.execute(f"UPDATE {claims.EXE} SET lease_until = now() - interval '1 second' WHERE id = %s",
-                       [execution_id])
-
-
 @pytest.mark.parametrize("retried", [False, True], ids=["running-expired", "retrying"])
 def test_two_workers_delivering_an_attempted_execution_of_a_paused_job_give_it_up_once(retried: bool) -> None:
     """The model's to-do: two workers receive the message of an attempted ``rerun_on_failure``/
@@ -91,7 +80,7 @@ def test_two_workers_delivering_an_attempted_execution_of_a_paused_job_give_it_u
                          lease_seconds=60)
     assert first.claimed and first.execution_id is not None
     execution_id = first.execution_id
-    _expire(execution_id)
+    expire_lease(execution_id)
     if retried:  # the reconciler's first step: a lost attempt, retried
         ended = claims.end_dead_attempts(job_id=job_id, status="LOST", error_code="LEASE_EXPIRED",
                                          message="lost", execution_id=execution_id)
