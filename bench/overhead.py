@@ -139,10 +139,10 @@ def setup_django() -> None:
 
 def clean_tables() -> None:
     """Empty the tables, then register the benchmark's job (its row must exist already:
-    see the note on ``claims.ensure_job`` in docs/benchmarks.md)."""
+    see the note on ``jobs.ensure_job`` in docs/benchmarks.md)."""
     from django.db import connection
 
-    from cron_celery import claims, registry
+    from cron_celery import jobs, registry
 
     with connection.cursor() as cursor:
         cursor.execute(
@@ -152,7 +152,7 @@ def clean_tables() -> None:
     job = registry.by_task_name("bench.tracked_noop")
     if job is None:
         raise BenchError("the job bench.tracked_noop is not declared (bench/tasks.py)")
-    claims.ensure_job(job)
+    jobs.ensure_job(job)
 
 
 def count_rows(table: str, status: str) -> int:

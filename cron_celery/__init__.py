@@ -21,14 +21,14 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from cron_celery.enums import ExecutionPattern
     from cron_celery.exceptions import JobFailed, LeaseLost, LockLost, LockUnavailable
     from cron_celery.locks import lock
-    from cron_celery.models import ExecutionPattern
     from cron_celery.runs import Run
     from cron_celery.tasks import TrackedTask, cron_task, register_task
 
 _LAZY = {
-    "ExecutionPattern": "cron_celery.models",
+    "ExecutionPattern": "cron_celery.enums",
     "JobFailed": "cron_celery.exceptions",
     "LeaseLost": "cron_celery.exceptions",
     "LockLost": "cron_celery.exceptions",

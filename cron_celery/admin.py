@@ -27,9 +27,9 @@ from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from cron_celery import alerts, backfill, dashboard, exceptions, models, outcomes, registry, tasks
+from cron_celery import alerts, backfill, dashboard, enums, exceptions, models, outcomes, registry, tasks
 
-S = models.Status
+S = enums.Status
 
 
 class Operated:
@@ -158,7 +158,7 @@ class CronJobAdmin(ReadOnly):
                 continue
             try:
                 sent = tasks.send_run(declared, dt.datetime.now(dt.UTC).replace(second=0, microsecond=0),
-                                      models.Trigger.ADMIN, force=True)
+                                      enums.Trigger.ADMIN, force=True)
             except exceptions.CronCeleryError as error:
                 self.message_user(request, f"{job.name}: {error}", messages.ERROR)
                 continue
@@ -346,7 +346,7 @@ class CronExecutionAdmin(ReadOnly):
             if declared is None:
                 continue
             try:
-                sent = tasks.send_run(declared, row.slot, models.Trigger.ADMIN, force=True)
+                sent = tasks.send_run(declared, row.slot, enums.Trigger.ADMIN, force=True)
             except exceptions.CronCeleryError as error:
                 self.message_user(request, f"{row}: {error}", messages.ERROR)
                 continue
@@ -416,7 +416,7 @@ class AlertAdmin(ReadOnly):
 
     @admin.display(description="status", ordering="status")
     def status_badge(self, alert: models.Alert) -> SafeString:
-        colours: dict[str, str] = {models.AlertStatus.SENT: S.SUCCEEDED, models.AlertStatus.FAILED: S.FAILED}
+        colours: dict[str, str] = {enums.AlertStatus.SENT: S.SUCCEEDED, enums.AlertStatus.FAILED: S.FAILED}
         colour = colours.get(alert.status, S.PENDING)
         return dashboard.badge(colour, alert.status.lower())
 
@@ -424,7 +424,7 @@ class AlertAdmin(ReadOnly):
     def resend(self, request: HttpRequest, queryset: QuerySet[models.Alert]) -> None:
         ids = list(queryset.values_list("id", flat=True))
         # A fresh start: all its attempts again, and not "untouched" for the reconciler yet.
-        models.Alert.objects.filter(id__in=ids).update(status=models.AlertStatus.PENDING, last_error="",
+        models.Alert.objects.filter(id__in=ids).update(status=enums.AlertStatus.PENDING, last_error="",
                                                      attempts=0, updated_at=Now())
         alerts.send_soon(ids)
         self.message_user(request, f"{len(ids)} alert(s) queued for delivery.", messages.SUCCESS)

@@ -26,12 +26,13 @@ from celery import shared_task
 from django.db import connection, transaction
 from django.utils.module_loading import import_string
 
-from cron_celery import conf, exceptions, models, registry
+from cron_celery import conf, enums, events, exceptions, models, registry
+from cron_celery.notifiers import sentry as notifiers_sentry
 from cron_celery.notifiers.base import Channel, Message
 
 logger = logging.getLogger(__name__)
-S = models.Status
-E = models.Event
+S = enums.Status
+E = enums.Event
 JOB = models.CronJob._meta.db_table
 EXE = models.CronExecution._meta.db_table
 ALERT = models.Alert._meta.db_table
@@ -41,7 +42,7 @@ BUILT_IN = {
     "slack": "cron_celery.notifiers.http.SlackChannel",
     "telegram": "cron_celery.notifiers.http.TelegramChannel",
     "webhook": "cron_celery.notifiers.http.WebhookChannel",
-    "sentry": "cron_celery.sentry.SentryChannel",
+    "sentry": "cron_celery.notifiers.sentry.SentryChannel",
 }
 #: Which ``NOTIFICATIONS`` list names the channels of each event.
 KIND = {E.FAILED: "on_failure", E.TIMED_OUT: "on_failure", E.LOST: "on_failure", E.MISSED: "on_failure",
@@ -50,7 +51,7 @@ KIND = {E.FAILED: "on_failure", E.TIMED_OUT: "on_failure", E.LOST: "on_failure",
 
 def channel_names(job: registry.Job | None, event: str) -> tuple[str, ...]:
     """The channels that hear of ``event`` for this job (its ``notify=``, else the settings)."""
-    kind = KIND[models.Event(event)]
+    kind = KIND[enums.Event(event)]
     own = job.notify_for(kind) if job is not None else None
     names = own if own is not None else conf.settings.NOTIFICATIONS.get(kind) or ()
     return tuple(dict.fromkeys(str(name) for name in names))
@@ -97,11 +98,8 @@ NOTHING = Recorded(events=(), alert_ids=(), recovered=False)
 
 def _deliverable(job: registry.Job | None, event: str) -> tuple[str, ...]:
     names = channel_names(job, event)
-    if "sentry" in names:
-        from cron_celery import sentry
-
-        if not sentry.active():
-            names = tuple(name for name in names if name != "sentry")
+    if "sentry" in names and not notifiers_sentry.active():
+        names = tuple(name for name in names if name != "sentry")
     return names
 
 
@@ -119,7 +117,7 @@ def record(*, job: registry.Job | None, job_id: int, execution_id: int, status: 
            lost_attempt: bool = False) -> Recorded:
     """Write the alert rows for this final outcome; call it inside the transaction that
     writes it. ``counted``: whether that write already updated the job's failure count
-    (``claims.end_dead_attempts``, ``close_unstarted``) or is still to come (``finish``).
+    (``repairs.end_dead_attempts``, ``close_unstarted``) or is still to come (``finish``).
 
     ``lost_attempt``: an attempt whose worker died, retried (not final). A dead worker is
     an incident of its own (out of memory, a killed node): it alerts LOST at once, once per
@@ -154,7 +152,7 @@ def record(*, job: registry.Job | None, job_id: int, execution_id: int, status: 
             recovered = False
             in_a_row = failures if counted else failures + 1
             first = alerted_at is None and in_a_row >= after
-            events = [models.Event(status)] if (first or repeat_due) else []
+            events = [enums.Event(status)] if (first or repeat_due) else []
         elif status == S.MISSED:
             # One alert per job and outage: an outage is the run of MISSED slots after the job's newest
             # slot that started, however many passes record them. Decided by slots, not by when rows
@@ -207,6 +205,22 @@ def wanted_for(job: registry.Job | None, status: str) -> bool:
     return False
 
 
+class Outbox(events.Listener):
+    """The alert outbox as a listener: its rows commit with the outcome they are about."""
+
+    name = "alerts"
+
+    def records(self, ended: events.Ended) -> bool:
+        return wanted_for(ended.job, ended.status)
+
+    def record(self, ended: events.Ended) -> None:
+        record(job=ended.job, job_id=ended.job_id, execution_id=ended.execution_id, status=ended.status,
+               counted=ended.counted, lost_attempt=ended.lost_attempt)
+
+
+OUTBOX = Outbox()
+
+
 def send_soon(alert_ids: tuple[int, ...] | list[int]) -> None:
     """Queue a delivery task per alert; if the broker is down, the reconciler sends them later."""
     for alert_id in alert_ids:
@@ -222,7 +236,7 @@ def message_for(alert: models.Alert) -> Message:
     base = str(conf.settings.ADMIN_BASE_URL or "").rstrip("/")
     status, attempt = str(execution.status), execution.retry_count + 1
     error_code, error = execution.error_code, execution.message
-    if alert.event == models.Event.LOST and execution.status != S.LOST:
+    if alert.event == enums.Event.LOST and execution.status != S.LOST:
         # The alert of a lost attempt, delivered while the execution goes on (retried, perhaps
         # running again) or after it ended otherwise: it describes the attempt that was lost.
         lost = [entry for entry in execution.attempts or []
@@ -302,16 +316,16 @@ def deliver(alert_id: int) -> str:
     except Exception as problem:  # a channel must never break the worker
         text = f"{type(problem).__name__}: {problem}"
         error = (target.redact(text) if target is not None else text)[:2000]
-    status = models.AlertStatus.SENT if not error else (
-        models.AlertStatus.FAILED if attempts >= limit else models.AlertStatus.PENDING)
+    status = enums.AlertStatus.SENT if not error else (
+        enums.AlertStatus.FAILED if attempts >= limit else enums.AlertStatus.PENDING)
     if not _settle(alert_id, token, status, error):
         logger.warning("alert %s (%s on %s) was re-armed or resent while attempt %d ran; that attempt is not"
                        " recorded", alert_id, alert.event, alert.channel, attempts)
         return "GONE"
     if error:
-        log = logger.error if status == models.AlertStatus.FAILED else logger.warning
+        log = logger.error if status == enums.AlertStatus.FAILED else logger.warning
         log("alert %s (%s on %s), attempt %d: %s", alert_id, alert.event, alert.channel, attempts, error)
-        if status == models.AlertStatus.PENDING:
+        if status == enums.AlertStatus.PENDING:
             raise exceptions.DeliveryAttemptFailed(error, alert=alert_id, attempt=attempts)
     return str(status)
 

@@ -9,8 +9,11 @@ class CronCeleryConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from cron_celery import checks, reconciler, registry, shutdown
+        from cron_celery import alerts, checks, events, reconciler, registry, sentry, shutdown, signals
 
+        # The listeners of a run's start and end, in the order they hear of it.
+        for listener in (alerts.OUTBOX, signals.SIGNALS, sentry.CRONS):
+            events.subscribe(listener)
         checks.register()
         checks.connect()
         shutdown.connect()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 
-from cron_celery import exceptions, models, registry, schedule_sync, schedules, tasks
+from cron_celery import enums, exceptions, models, registry, schedule_sync, schedules, tasks
 
 #: Most slots one backfill sends unless told otherwise.
 LIMIT = 1000
@@ -44,7 +44,7 @@ def plan(job: registry.Job, start: str | dt.date, end: str | dt.date, *, force: 
         return Plan(slots=slots, done=[])
     taken = set(models.CronExecution.objects.filter(
         task_code=job.code, slot__in=slots,
-        status__in=[models.Status.SUCCEEDED, models.Status.PENDING, models.Status.RUNNING, models.Status.RETRYING],
+        status__in=[enums.Status.SUCCEEDED, enums.Status.PENDING, enums.Status.RUNNING, enums.Status.RETRYING],
     ).values_list("slot", flat=True))
     return Plan(slots=[slot for slot in slots if slot not in taken], done=sorted(taken))
 
@@ -54,7 +54,7 @@ def send(job: registry.Job, planned: Plan) -> list[tasks.Sent]:
     sent: list[tasks.Sent] = []
     for slot in planned.slots:
         try:
-            sent.append(tasks.send_run(job, slot, models.Trigger.BACKFILL, rerun=True))
+            sent.append(tasks.send_run(job, slot, enums.Trigger.BACKFILL, rerun=True))
         except exceptions.CronCeleryError as error:
             raise exceptions.BackfillInterrupted(str(error), sent=len(sent), total=len(planned.slots),
                                                  slot=schedules.iso(slot)) from error

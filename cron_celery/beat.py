@@ -5,14 +5,14 @@ Only the leader dispatches: it holds the ``beat`` lease row in PostgreSQL (``lea
 masters are configured and a quorum answers, the Redlock lease too (see ``Leadership``); a
 standby beat tries each tick and takes over once the lease is released or runs out; a beat
 that loses it stops dispatching at once. For cron jobs leadership only saves work — the
-database write in ``claims.dispatch_many`` is what makes each slot dispatched once, even when
+database write in ``dispatch.dispatch_many`` is what makes each slot dispatched once, even when
 two beats both believe they lead; for django-celery-beat's own periodic tasks it is what
 keeps them from being sent twice.
 
 Each tick asks the database whether any job is due (``next_run_at <= now``, indexed) or
 was edited in the admin; if so it takes in the edits (``schedule_sync.apply_edits``),
 plans the due slots by each job's catch-up policy, records them for many jobs in one
-statement (``claims.dispatch_many``), and publishes only the executions it inserted.
+statement (``dispatch.dispatch_many``), and publishes only the executions it inserted.
 Other periodic tasks (made in the admin, or ``beat_schedule`` entries) are sent by
 django-celery-beat's ``DatabaseScheduler``, untracked, from the leader only.
 """
@@ -39,12 +39,13 @@ from pottery.exceptions import ExtendUnlockedLock, QuorumIsImpossible, ReleaseUn
 
 from cron_celery import (
     checks,
-    claims,
     conf,
+    dispatch,
     health,
     leadership,
     locks,
     outcomes,
+    repairs,
     schedule_problems,
     schedule_sync,
     schedules,
@@ -187,9 +188,9 @@ class Leadership:
 PlanKey = tuple[str, str, dt.datetime, str]
 
 
-def plan(row: claims.DueJob, now: dt.datetime, plans: dict[PlanKey, schedules.CatchUpPlan | None],
+def plan(row: dispatch.DueJob, now: dt.datetime, plans: dict[PlanKey, schedules.CatchUpPlan | None],
          parsed: dict[tuple[str, str], schedules.Schedule],
-         problems: dict[int, str] | None = None) -> claims.Decision | None:
+         problems: dict[int, str] | None = None) -> dispatch.Decision | None:
     """The decision for one due job. ``plans`` shares the work between jobs with the same
     schedule that fell due together (a thousand every-minute jobs plan once); ``parsed``
     caches schedules by (expression, timezone).
@@ -222,11 +223,11 @@ def plan(row: claims.DueJob, now: dt.datetime, plans: dict[PlanKey, schedules.Ca
     if planned.unrecorded_before is not None:
         logger.warning("cron job %s: down since %s; slots before %s are not recorded as MISSED",
                        row.name, schedules.iso(row.next_run_at), schedules.iso(planned.unrecorded_before))
-    return claims.Decision(job_id=row.job_id, expected_next_run_at=row.next_run_at,
+    return dispatch.Decision(job_id=row.job_id, expected_next_run_at=row.next_run_at,
                            next_run_at=planned.next_run_at, run=planned.run, missed=planned.missed, tz=tz)
 
 
-def unplannable(row: claims.DueJob) -> str:
+def unplannable(row: dispatch.DueJob) -> str:
     """Why a due job cannot be planned, in words (for the few that cannot)."""
     try:
         zoneinfo.ZoneInfo(row.job_timezone)
@@ -294,7 +295,7 @@ class Scheduler(DatabaseScheduler):  # type: ignore[misc]
         """
         deadline = time.monotonic() + self.leadership.ttl / 3
         while True:
-            next_at, edited, now = claims.next_due()  # now: the database's clock, not this machine's
+            next_at, edited, now = dispatch.next_due()  # now: the database's clock, not this machine's
             if edited:  # take edits in first: they may move or pause what is due
                 schedule_sync.apply_edits(now)
                 if time.monotonic() > deadline:
@@ -303,24 +304,24 @@ class Scheduler(DatabaseScheduler):  # type: ignore[misc]
             if next_at is None or next_at > now:
                 ahead = (next_at - now).total_seconds() if next_at is not None else self.tick_seconds
                 return min(self.tick_seconds, ahead)
-            due = claims.due_jobs(now, limit=conf.settings.BEAT_BATCH)
+            due = dispatch.due_jobs(now, limit=conf.settings.BEAT_BATCH)
             plans: dict[PlanKey, schedules.CatchUpPlan | None] = {}
             problems: dict[int, str] = {}
             decisions = [decision for row in due if (decision := self.plan(row, now, plans, problems)) is not None]
             if problems:  # no longer due: they would come back every round, ahead of the others
                 schedule_problems.set_aside(problems)
-            _advanced, to_publish, missed = claims.dispatch_many(decisions)
+            _advanced, to_publish, missed = dispatch.dispatch_many(decisions)
             self.published += self.publish({row.job_id: row for row in due}, to_publish)
             if missed:  # alerts for the outage, one per job
-                outcomes.missed(claims.newest_missed([d.job_id for d in decisions if d.missed]))
+                outcomes.missed(repairs.newest_missed([d.job_id for d in decisions if d.missed]))
             if time.monotonic() > deadline:
                 return 0.0
 
-    def plan(self, row: claims.DueJob, now: dt.datetime, plans: dict[PlanKey, schedules.CatchUpPlan | None],
-             problems: dict[int, str] | None = None) -> claims.Decision | None:
+    def plan(self, row: dispatch.DueJob, now: dt.datetime, plans: dict[PlanKey, schedules.CatchUpPlan | None],
+             problems: dict[int, str] | None = None) -> dispatch.Decision | None:
         return plan(row, now, plans, self._schedules, problems)
 
-    def publish(self, jobs: dict[int, claims.DueJob], to_publish: list[claims.ToPublish]) -> int:
+    def publish(self, jobs: dict[int, dispatch.DueJob], to_publish: list[dispatch.ToPublish]) -> int:
         """Send the executions this beat inserted, oldest slot first, over one connection and,
         where the broker transport can (Redis, kombu >= 5.7), in pipelined batches.
 

@@ -20,7 +20,7 @@ from django.core import checks
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
-from cron_celery import conf, tokens
+from cron_celery import conf, enums, tokens
 
 TAG = "cron_celery"
 
@@ -112,10 +112,9 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                 f"CRON_CELERY[{key!r}] must be an integer of at least {minimum}, not {value!r}.",
                 id="cron_celery.E002",
             ))
-    from cron_celery import models
 
-    for key, enum in (("DEFAULT_PATTERN", models.ExecutionPattern),
-                      ("DEFAULT_OVERLAP", models.Overlap)):
+    for key, enum in (("DEFAULT_PATTERN", enums.ExecutionPattern),
+                      ("DEFAULT_OVERLAP", enums.Overlap)):
         value = getattr(values, key)
         if str(value).lower() not in {m.value for m in enum} | {m.name.lower() for m in enum}:
             errors.append(checks.Error(

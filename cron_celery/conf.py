@@ -174,9 +174,7 @@ def lock_prefix() -> str:
     configured = get().LOCK.get("PREFIX")
     if configured:
         return str(configured)
-    from django.db import connections
-
-    return f"cron_celery:{connections['default'].settings_dict['NAME']}"
+    return f"cron_celery:{django_settings.DATABASES['default']['NAME']}"
 
 
 def celery_visibility_timeout() -> float | None:

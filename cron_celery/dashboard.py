@@ -17,9 +17,9 @@ from django.db.models.expressions import RawSQL
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
-from cron_celery import checks, models, schedules
+from cron_celery import checks, enums, models, schedules
 
-S = models.Status
+S = enums.Status
 EXE = models.CronExecution._meta.db_table
 JOB = models.CronJob._meta.db_table
 #: Bars in the chart, newest on the right.

@@ -22,7 +22,7 @@ import redis
 from pottery import Redlock
 from pottery.exceptions import ExtendUnlockedLock, QuorumIsImpossible, ReleaseUnlockedLock, TooManyExtensions
 
-from cron_celery import conf, exceptions
+from cron_celery import conf, enums, exceptions
 
 logger = logging.getLogger(__name__)
 F = TypeVar("F", bound=Callable[..., Any])
@@ -116,9 +116,7 @@ class JobLock:
 def for_job(job: Any) -> JobLock | None:
     """The job's lock, or None when the job needs none (overlap ``allow``: the database
     decides the slot alone) or no Redis master is configured."""
-    from cron_celery import models
-
-    exclusive = job.overlap == models.Overlap.SKIP or job.pattern == models.ExecutionPattern.RATE_LIMITED
+    exclusive = job.overlap == enums.Overlap.SKIP or job.pattern == enums.ExecutionPattern.RATE_LIMITED
     if not exclusive or not conf.lock_masters():
         return None
     return JobLock(job.code)

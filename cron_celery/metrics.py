@@ -15,7 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
-from cron_celery import conf, models
+from cron_celery import conf, enums, models
 
 JOB = models.CronJob._meta.db_table
 EXE = models.CronExecution._meta.db_table
@@ -73,7 +73,7 @@ class DatabaseCollector(Collector):
         for job_id, status, count in counts:
             name = names.get(job_id, str(job_id))
             executions.add_metric([name, status], count)
-            if status == models.Status.LOST:
+            if status == enums.Status.LOST:
                 lost_by_job[name] = count
         for name in names.values():
             lost.add_metric([name], lost_by_job.get(name, 0))

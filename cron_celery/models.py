@@ -13,84 +13,11 @@ import datetime as dt
 from django.db import models
 from django.db.models.functions import Now
 
+from cron_celery.enums import AlertStatus, CatchUp, Event, ExecutionPattern, Overlap, SkipReason, Status, Trigger
 
-class Status(models.TextChoices):
-    PENDING = "PENDING", "Pending"  # dispatched to the workers, not started yet
-    RUNNING = "RUNNING", "Running"  # claimed by a worker that holds a live lease
-    RETRYING = "RETRYING", "Retrying"  # an attempt failed; another attempt is scheduled
-    SUCCEEDED = "SUCCEEDED", "Succeeded"  # the job returned without reporting an error
-    FAILED = "FAILED", "Failed"  # the job raised or returned {"error": True}; no attempts left
-    TIMED_OUT = "TIMED_OUT", "Timed out"  # the job hit its time limit
-    LOST = "LOST", "Lost"  # the worker died or vanished; the lease expired
-    SKIPPED = "SKIPPED", "Skipped"  # deliberately not run; skip_reason says why
-    MISSED = "MISSED", "Missed"  # the slot was never dispatched (scheduler down)
-    REVOKED = "REVOKED", "Revoked"  # its Celery task was revoked (Flower, celery control): stopped, not retried
-
-    @classmethod
-    def terminal(cls) -> frozenset[str]:
-        """Statuses after which an execution never changes again."""
-        return frozenset(
-            {cls.SUCCEEDED, cls.FAILED, cls.TIMED_OUT, cls.LOST, cls.SKIPPED, cls.MISSED, cls.REVOKED}
-        )
-
-    @classmethod
-    def failures(cls) -> frozenset[str]:
-        """Terminal statuses that count as a failure (``success=False``)."""
-        return frozenset({cls.FAILED, cls.TIMED_OUT, cls.LOST})
-
-
-class Event(models.TextChoices):
-    """What an alert is about."""
-
-    FAILED = "FAILED", "Failed"  # the final attempt failed (retries never alert)
-    TIMED_OUT = "TIMED_OUT", "Timed out"
-    LOST = "LOST", "Lost"  # the worker died, or the message never reached one
-    MISSED = "MISSED", "Missed"  # slots that will not run (no beat, or undelivered)
-    RECOVERED = "RECOVERED", "Recovered"  # the first success after an alerted incident
-    SUCCEEDED = "SUCCEEDED", "Succeeded"  # every success, for channels that want it
-
-
-class AlertStatus(models.TextChoices):
-    PENDING = "PENDING", "Pending"  # written with the state change; not delivered yet
-    SENT = "SENT", "Sent"
-    FAILED = "FAILED", "Failed"  # every delivery attempt failed; ``last_error`` says why
-
-
-class Trigger(models.TextChoices):
-    BEAT = "BEAT", "Beat"  # dispatched by the scheduler for its slot
-    MANUAL = "MANUAL", "Manual"  # run in-process by `manage.py run_cron_task`
-    ENQUEUE = "ENQUEUE", "Enqueued"  # sent to the workers by a person (`--enqueue`, API)
-    ADMIN = "ADMIN", "Admin"  # started from the Django admin
-    DIRECT = "DIRECT", "Direct call"  # the Celery task was called without cron headers
-    CATCH_UP = "CATCH_UP", "Catch-up"  # a missed slot run after scheduler downtime
-    BACKFILL = "BACKFILL", "Backfill"  # a past slot run on purpose
-
-
-class SkipReason(models.TextChoices):
-    ALREADY_RAN = "ALREADY_RAN", "Slot already ran"  # the pattern forbids another run of it
-    ALREADY_RUNNING = "ALREADY_RUNNING", "Slot is running"  # the same slot is in flight
-    OVERLAP = "OVERLAP", "Job already running"  # another slot of the job holds a live lease
-    PAUSED = "PAUSED", "Job paused"  # the job is paused in the admin
-    LOCK_UNAVAILABLE = "LOCK_UNAVAILABLE", "Lock unavailable"  # another server holds the lock
-
-
-class ExecutionPattern(models.TextChoices):
-    STANDARD = "standard", "Standard"  # skip the slot if it already ran, whatever the outcome
-    RERUN_ON_FAILURE = "rerun_on_failure", "Rerun on failure"  # skip only if it succeeded or runs
-    ALWAYS = "always", "Always"  # no slot check: every call runs
-    RATE_LIMITED = "rate_limited", "Rate limited"  # no slot check, but never two runs at once
-
-
-class CatchUp(models.TextChoices):
-    NONE = "none", "None"  # after scheduler downtime, record missed slots MISSED and wait
-    LATEST = "latest", "Latest"  # run the most recent missed slot; record the rest MISSED
-    ALL = "all", "All"  # run every missed slot (bounded per cycle)
-
-
-class Overlap(models.TextChoices):
-    SKIP = "skip", "Skip"  # never run two executions of the job at once (default)
-    ALLOW = "allow", "Allow"  # executions of different slots may run side by side
-
+# The enums live in ``enums`` (plain Python); they can be imported from here too, as before.
+__all__ = ["OPERATE_PERMISSION", "Alert", "AlertStatus", "BeatHeartbeat", "CatchUp", "CronExecution", "CronJob",
+           "Event", "ExecutionPattern", "Lease", "Overlap", "SkipReason", "Status", "Trigger"]
 
 #: Who may act on jobs — run now, pause, resume, backfill, re-run, mark LOST, send alerts
 #: again (admin actions) and POST the run endpoint with a session: Django's "Can change cron
@@ -104,12 +31,12 @@ class CronJob(models.Model):
     name = models.SlugField(max_length=100, unique=True)
     code = models.CharField(max_length=50, unique=True)
     task = models.CharField(max_length=200, help_text="Celery task name")
-    pattern = models.CharField(max_length=20, choices=ExecutionPattern.choices)
-    overlap = models.CharField(max_length=10, choices=Overlap.choices)
+    pattern = models.CharField(max_length=20, choices=ExecutionPattern.choices())
+    overlap = models.CharField(max_length=10, choices=Overlap.choices())
     timezone = models.CharField(max_length=64, default="UTC")
     description = models.TextField(blank=True)
     paused = models.BooleanField(default=False)
-    catch_up = models.CharField(max_length=10, choices=CatchUp.choices, default=CatchUp.LATEST)
+    catch_up = models.CharField(max_length=10, choices=CatchUp.choices(), default=CatchUp.LATEST.value)
     next_run_at = models.DateTimeField(
         null=True, blank=True, db_index=True, help_text="The first slot not dispatched yet (UTC)"
     )
@@ -150,7 +77,7 @@ class CronJob(models.Model):
     fenced_count = models.IntegerField(
         db_default=0, help_text="Outcomes not recorded because another worker had taken the run over"
     )
-    last_status = models.CharField(max_length=20, choices=Status.choices, blank=True)
+    last_status = models.CharField(max_length=20, choices=Status.choices(), blank=True)
     last_run_at = models.DateTimeField(null=True, blank=True)
     last_success_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -179,9 +106,9 @@ class CronExecution(models.Model):
     slot = models.DateTimeField(help_text="The scheduled instant, stored in UTC")
     execution_date = models.DateField(help_text="The slot's local date in the job's timezone")
     run_number = models.PositiveIntegerField(default=1)
-    status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
-    trigger = models.CharField(max_length=20, choices=Trigger.choices, default=Trigger.BEAT)
-    skip_reason = models.CharField(max_length=20, choices=SkipReason.choices, blank=True)
+    status = models.CharField(max_length=20, choices=Status.choices(), default=Status.PENDING.value)
+    trigger = models.CharField(max_length=20, choices=Trigger.choices(), default=Trigger.BEAT.value)
+    skip_reason = models.CharField(max_length=20, choices=SkipReason.choices(), blank=True)
     forced = models.BooleanField(default=False, help_text="Run past the slot check on purpose")
     force = models.BooleanField(
         db_default=False, help_text="Sent with --force: runs even while the job is paused, however often it is sent"
@@ -254,9 +181,9 @@ class Alert(models.Model):
 
     execution = models.ForeignKey(CronExecution, on_delete=models.CASCADE, related_name="alerts")
     job = models.ForeignKey(CronJob, on_delete=models.CASCADE, related_name="alerts")
-    event = models.CharField(max_length=20, choices=Event.choices)
+    event = models.CharField(max_length=20, choices=Event.choices())
     channel = models.CharField(max_length=200)
-    status = models.CharField(max_length=10, choices=AlertStatus.choices, default=AlertStatus.PENDING)
+    status = models.CharField(max_length=10, choices=AlertStatus.choices(), default=AlertStatus.PENDING.value)
     attempts = models.IntegerField(default=0)
     last_error = models.TextField(blank=True)
     created_at = models.DateTimeField(db_default=Now())

@@ -36,10 +36,10 @@ from celery.platforms import signals as celery_signals
 from celery.worker.request import Request
 from django.db import DatabaseError, close_old_connections, connection
 
-from cron_celery import claims, models, outcomes, registry, retries, runs, tasks
+from cron_celery import enums, jobs, outcomes, registry, repairs, retries, runs, tasks
 
 logger = logging.getLogger(__name__)
-S = models.Status
+S = enums.Status
 
 
 class CronRequest(Request):
@@ -107,7 +107,7 @@ class CronRequest(Request):
             tasks.send_waiting(self.task.app, job)
 
     def _revoke(self, message: str) -> bool:
-        """Record the revocation once (``claims.revoke``); a failure is logged, never raised into Celery.
+        """Record the revocation once (``finishes.revoke``); a failure is logged, never raised into Celery.
         True when it ended a run that had started (the caller sends the job's waiting execution once
         that run's process is stopped)."""
         job = _job_of(self)
@@ -117,7 +117,7 @@ class CronRequest(Request):
         header = self.request_dict.get(tasks.HEADER_EXECUTION)
         try:
             close_old_connections()
-            ended = outcomes.revoked(job, job_id=runs.job_id(job), message=message,
+            ended = outcomes.revoked(job, job_id=jobs.job_id(job), message=message,
                                      execution_id=int(header) if header else None, worker=runs.HOSTNAME,
                                      pid=int(self.worker_pid) if self.time_start and self.worker_pid else None)
         except DatabaseError:
@@ -129,14 +129,14 @@ class CronRequest(Request):
         logger.warning("%s execution %s now REVOKED: %s", job.name, ended.execution_id, message)
         return bool(ended.started)
 
-    def _record(self, status: str, code: str, message: str, *, retry: bool = True) -> claims.Ended | None:
+    def _record(self, status: str, code: str, message: str, *, retry: bool = True) -> repairs.Ended | None:
         job = _job_of(self)
         if job is None or not self.worker_pid:
             return None
         try:
             close_old_connections()
             ended = outcomes.dead(
-                job, job_id=runs.job_id(job), status=status, error_code=code, message=message, retry=retry,
+                job, job_id=jobs.job_id(job), status=status, error_code=code, message=message, retry=retry,
                 worker=runs.HOSTNAME, pid=int(self.worker_pid),
             )
         except DatabaseError:
@@ -154,7 +154,7 @@ def _job_of(request: Request) -> registry.Job | None:
     return getattr(request.task, "job", None) or registry.by_task_name(request.name)
 
 
-def _send_retry(request: Request, job: registry.Job, ended: claims.Ended) -> None:
+def _send_retry(request: Request, job: registry.Job, ended: repairs.Ended) -> None:
     try:
         tasks.send(request.task.app, job.task_name, execution_id=ended.execution_id, slot=ended.slot,
                    trigger=ended.trigger, countdown=retries.countdown(job, ended.retry_count - 1))

@@ -53,21 +53,20 @@ from django.db import DatabaseError, close_old_connections, connection
 from cron_celery import (
     alerts,
     beat,
-    claims,
     conf,
+    dispatch,
+    enums,
     inflight,
     leadership,
-    models,
     outcomes,
     registry,
+    repairs,
     schedules,
     tasks,
 )
 
 logger = logging.getLogger(__name__)
-S = models.Status
-EXE = models.CronExecution._meta.db_table
-JOB = models.CronJob._meta.db_table
+S = enums.Status
 #: The name of the lease row that lets one pass run at a time across all workers.
 PASS_LEASE = "reconciler"
 
@@ -121,17 +120,7 @@ def run_pass(now: dt.datetime | None = None) -> Report:
 
 
 def _expired_leases(report: Report, batch: int) -> None:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"""
-            SELECT e.id, e.job_id, j.task, e.celery_task_id FROM {JOB} AS j CROSS JOIN LATERAL (
-                SELECT id, job_id, lease_until, celery_task_id FROM {EXE}
-                WHERE job_id = j.id AND status = 'RUNNING' AND lease_until < now()) AS e
-            ORDER BY e.lease_until LIMIT %s
-            """,
-            [batch],
-        )
-        rows = cursor.fetchall()
+    rows = repairs.expired_leases(batch)
     for execution_id, job_id, task_name, task_id in rows:
         ended = outcomes.dead(
             registry.by_task_name(task_name), job_id=job_id, execution_id=execution_id, status=S.LOST,
@@ -153,30 +142,7 @@ def _expired_leases(report: Report, batch: int) -> None:
 
 def _stranded(report: Report, options: dict[str, Any]) -> None:
     grace = float(options["PENDING_GRACE"])
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"""
-            SELECT e.id, e.job_id, e.slot, e.status, e.trigger, e.republished, e.celery_task_id,
-                   j.task, j.catch_up, e.waiting_since IS NOT NULL,
-                   EXISTS (SELECT 1 FROM {EXE} AS newer WHERE newer.job_id = e.job_id AND newer.slot > e.slot
-                           AND newer.trigger IN ('BEAT', 'CATCH_UP')),
-                   e.created_at
-            FROM {JOB} AS j CROSS JOIN LATERAL (
-                SELECT * FROM {EXE} WHERE job_id = j.id AND status IN ('PENDING', 'RETRYING')
-                  AND coalesce(lease_until, created_at) < now() - make_interval(secs => %s)) AS e
-            -- A waiting execution is stranded only once its job is free, and only the job's
-            -- oldest one: it is the one that runs next.
-            WHERE e.waiting_since IS NULL OR (
-                NOT EXISTS (SELECT 1 FROM {EXE} AS r WHERE r.job_id = e.job_id AND r.status = 'RUNNING'
-                            AND r.lease_until > now())
-                AND e.id = (SELECT w.id FROM {EXE} AS w WHERE w.job_id = e.job_id
-                            AND w.status IN ('PENDING', 'RETRYING') AND w.waiting_since IS NOT NULL
-                            ORDER BY w.slot, w.id LIMIT 1))
-            ORDER BY e.job_id, e.slot LIMIT %s
-            """,
-            [grace, int(options["BATCH"])],
-        )
-        rows = cursor.fetchall()
+    rows = repairs.stranded(grace, int(options["BATCH"]))
     verdicts = _where_are({str(row[6]): str(row[7]) for row in rows if row[6]})
     limit = int(options["REPUBLISH_LIMIT"])
     late: list[tuple[dt.datetime, int]] = []
@@ -185,7 +151,7 @@ def _stranded(report: Report, options: dict[str, Any]) -> None:
         verdict = verdicts.get(task_id, inflight.GONE) if task_id else inflight.GONE
         if verdict == inflight.QUEUED:
             # Late, not lost: behind a backlog, prefetched, or waiting for its countdown.
-            if _mark_late(execution_id):
+            if repairs.mark_late(execution_id):
                 report.waiting += 1
                 late.append((created_at, execution_id))
             continue
@@ -193,12 +159,12 @@ def _stranded(report: Report, options: dict[str, Any]) -> None:
             # The broker cannot tell (a RabbitMQ queue with a backlog), or the execution was
             # asked for and waited its turn: send it again, never give it up — the claim runs it
             # once, whichever copy arrives first.
-            if _send(task_name, execution_id, slot, trigger, task_id or None) and _mark_late(execution_id):
+            if _send(task_name, execution_id, slot, trigger, task_id or None) and repairs.mark_late(execution_id):
                 report.resent += 1
             continue
-        by_beat = status == S.PENDING and trigger in (models.Trigger.BEAT, models.Trigger.CATCH_UP)
-        if by_beat and (catch_up == models.CatchUp.NONE or (catch_up == models.CatchUp.LATEST and newer)):
-            policy = "its catch-up policy is 'none'" if catch_up == models.CatchUp.NONE else \
+        by_beat = status == S.PENDING and trigger in (enums.Trigger.BEAT, enums.Trigger.CATCH_UP)
+        if by_beat and (catch_up == enums.CatchUp.NONE or (catch_up == enums.CatchUp.LATEST and newer)):
+            policy = "its catch-up policy is 'none'" if catch_up == enums.CatchUp.NONE else \
                 "a newer slot was dispatched since (catch-up 'latest')"
             if outcomes.unstarted(
                 registry.by_task_name(task_name), job_id=job_id, execution_id=execution_id, slot=slot,
@@ -217,7 +183,7 @@ def _stranded(report: Report, options: dict[str, Any]) -> None:
                 report.abandoned += 1
             continue
         if _send(task_name, execution_id, slot, trigger, task_id or None):  # counted only once sent
-            _mark_resent(execution_id)
+            repairs.mark_resent(execution_id)
             report.resent += 1
     if late:
         oldest, execution_id = min(late)
@@ -251,30 +217,6 @@ def _where_are(task_names: dict[str, str]) -> dict[str, str]:
     return first
 
 
-def _mark_late(execution_id: int) -> bool:
-    """Restart the grace period of an execution whose message is still on its way, or was sent
-    again without being counted (``republished`` counts sends of messages found gone)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {EXE} SET lease_until = now() WHERE id = %s AND status IN ('PENDING', 'RETRYING')",
-            [execution_id],
-        )
-        return bool(cursor.rowcount == 1)
-
-
-def _mark_resent(execution_id: int) -> bool:
-    """Count a send and restart the grace period, if the execution still waits."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"""
-            UPDATE {EXE} SET republished = republished + 1, lease_until = now()
-            WHERE id = %s AND status IN ('PENDING', 'RETRYING')
-            """,
-            [execution_id],
-        )
-        return bool(cursor.rowcount == 1)
-
-
 def _send(task_name: str, execution_id: int, slot: dt.datetime, trigger: str, task_id: str | None = None) -> bool:
     try:
         tasks.send(current_app, task_name, execution_id=execution_id, slot=slot, trigger=trigger,
@@ -287,7 +229,7 @@ def _send(task_name: str, execution_id: int, slot: dt.datetime, trigger: str, ta
 
 def _undispatched(report: Report, now: dt.datetime, options: dict[str, Any]) -> None:
     cutoff = now - dt.timedelta(seconds=float(options["MISSED_GRACE"]))
-    due = claims.due_jobs(cutoff, limit=int(options["BATCH"]), skip_catch_up=models.CatchUp.ALL)
+    due = dispatch.due_jobs(cutoff, limit=int(options["BATCH"]), skip_catch_up=enums.CatchUp.ALL)
     plans: dict[beat.PlanKey, schedules.CatchUpPlan | None] = {}
     parsed: dict[tuple[str, str], schedules.Schedule] = {}
     decisions = []
@@ -299,10 +241,10 @@ def _undispatched(report: Report, now: dt.datetime, options: dict[str, Any]) -> 
         keep = decision.run[0] if decision.run else decision.next_run_at
         decisions.append(dataclasses.replace(decision, run=[], next_run_at=keep))
     if decisions:
-        _advanced, _publish, missed = claims.dispatch_many(decisions)
+        _advanced, _publish, missed = dispatch.dispatch_many(decisions)
         report.missed += missed
         if missed:
-            outcomes.missed(claims.newest_missed([decision.job_id for decision in decisions]))
+            outcomes.missed(repairs.newest_missed([decision.job_id for decision in decisions]))
 
 
 @shared_task(name="cron_celery.reconcile", ignore_result=True)

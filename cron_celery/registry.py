@@ -15,7 +15,7 @@ from typing import TypeVar
 
 from django.conf import settings as django_settings
 
-from cron_celery import conf, exceptions, models, schedules
+from cron_celery import conf, enums, exceptions, schedules
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,99}$")
 CODE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,49}$")
@@ -28,12 +28,12 @@ class Job:
     name: str
     code: str
     task_name: str
-    pattern: models.ExecutionPattern
-    overlap: models.Overlap
+    pattern: enums.ExecutionPattern
+    overlap: enums.Overlap
     timezone: str
     description: str = ""
     schedule: schedules.Schedule | None = None
-    catch_up: models.CatchUp = models.CatchUp.LATEST
+    catch_up: enums.CatchUp = enums.CatchUp.LATEST
     #: Retries (see ``retries``): attempts after the first, the backoff (seconds, True = 1,
     #: False = Celery's ``default_retry_delay``), its cap and jitter, which exceptions
     #: retry, and whether a reported failure (``{"error": True}``, ``JobFailed``) does.
@@ -60,7 +60,7 @@ class Job:
     @property
     def exclusive(self) -> bool:
         """Never two runs at once (overlap ``skip``, or the ``rate_limited`` pattern)."""
-        return self.overlap == models.Overlap.SKIP or self.pattern == models.ExecutionPattern.RATE_LIMITED
+        return self.overlap == enums.Overlap.SKIP or self.pattern == enums.ExecutionPattern.RATE_LIMITED
 
     @property
     def tzinfo(self) -> zoneinfo.ZoneInfo:
@@ -85,7 +85,7 @@ _by_task: dict[str, Job] = {}
 _discovered = False
 
 
-E = TypeVar("E", models.ExecutionPattern, models.Overlap, models.CatchUp)
+E = TypeVar("E", enums.ExecutionPattern, enums.Overlap, enums.CatchUp)
 
 
 def _choice(enum: type[E], value: object, job: str, what: str) -> E:
@@ -179,18 +179,18 @@ def declare(
         soft_time_limit=soft,
         time_limit=hard,
         schedule=parsed,
-        catch_up=_choice(models.CatchUp, catch_up if catch_up is not None else "latest", name, "catch_up"),
+        catch_up=_choice(enums.CatchUp, catch_up if catch_up is not None else "latest", name, "catch_up"),
         name=name,
         code=code,
         task_name=task_name,
         pattern=_choice(
-            models.ExecutionPattern,
+            enums.ExecutionPattern,
             pattern if pattern is not None else conf.settings.DEFAULT_PATTERN,
             name,
             "pattern",
         ),
         overlap=_choice(
-            models.Overlap,
+            enums.Overlap,
             overlap if overlap is not None else conf.settings.DEFAULT_OVERLAP,
             name,
             "overlap",

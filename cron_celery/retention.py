@@ -16,14 +16,14 @@ from collections.abc import Callable
 from django.db import connection
 from django.utils import timezone
 
-from cron_celery import conf, models
+from cron_celery import conf, enums, models
 
 logger = logging.getLogger(__name__)
 EXE = models.CronExecution._meta.db_table
 JOB = models.CronJob._meta.db_table
 ALERT = models.Alert._meta.db_table
 #: Statuses that are never deleted: the execution is not over.
-OPEN = frozenset({models.Status.PENDING, models.Status.RUNNING, models.Status.RETRYING})
+OPEN = frozenset({enums.Status.PENDING, enums.Status.RUNNING, enums.Status.RETRYING})
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -36,7 +36,7 @@ class Purged:
 def statuses(text: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
     """Validated statuses from "SUCCEEDED,SKIPPED" or a list; open ones are refused."""
     items = [item.strip().upper() for item in (text.split(",") if isinstance(text, str) else text) if item.strip()]
-    known = {status.value for status in models.Status}
+    known = {status.value for status in enums.Status}
     unknown = [item for item in items if item not in known]
     if unknown:
         raise ValueError(f"unknown status {', '.join(unknown)} (use {', '.join(sorted(known - OPEN))})")

@@ -3,7 +3,7 @@
 The numbers follow Celery's own ``retry_backoff`` options, so a job declared with
 ``max_retries=3, retry_backoff=5`` waits about 5, 10 and 20 seconds (each at most
 ``retry_backoff_max``; with ``retry_jitter`` a random time up to that). Whether attempts
-remain is decided by the database (``claims.retry``), never by the message alone.
+remain is decided by the database (``finishes.retry``), never by the message alone.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import random
 
 from celery.exceptions import SoftTimeLimitExceeded, TimeLimitExceeded
 
-from cron_celery import exceptions, models, registry
+from cron_celery import enums, exceptions, registry
 
-S = models.Status
+S = enums.Status
 
 #: Celery's ``default_retry_delay``: the wait when a job turns exponential backoff off.
 FIXED_DELAY = 180.0

@@ -25,21 +25,23 @@ from django.db import DatabaseError, DataError, InterfaceError, OperationalError
 from cron_celery import (
     claims,
     conf,
+    enums,
     exceptions,
+    executions,
+    finishes,
+    jobs,
     leases,
     limits,
     locks,
-    models,
     outcomes,
     registry,
     retries,
     schedules,
-    sentry,
     shutdown,
 )
 
 logger = logging.getLogger(__name__)
-S = models.Status
+S = enums.Status
 HOSTNAME = socket.gethostname()
 
 
@@ -104,43 +106,6 @@ class Outcome:
 FENCED = "FENCED"
 #: The execution waits for the job's live run (``claims.WAITING``); it is sent again when that run ends.
 WAITING = claims.WAITING
-_job_ids: dict[registry.Job, int] = {}
-
-
-def refresh_job_ids(jobs: list[registry.Job]) -> dict[str, int]:
-    """Create or refresh many jobs' rows at once (a beat starting with thousands of jobs)."""
-    ids = claims.ensure_jobs(jobs)
-    for job in jobs:
-        _job_ids[job] = ids[job.code]
-    return ids
-
-
-def job_for_row(row_id: int) -> registry.Job | None:
-    """The declaration of the job with this row id (None: not declared in this process)."""
-    for job, known in _job_ids.items():
-        if known == row_id:
-            return job
-    code = claims.job_code(row_id)
-    if code is None:
-        return None
-    try:
-        return registry.get(code)
-    except exceptions.UnknownJob:
-        return None
-
-
-def jobs_by_row_id() -> dict[int, registry.Job]:
-    """The declarations this process knows, by row id."""
-    return {row_id: job for job, row_id in _job_ids.items()}
-
-
-def job_id(job: registry.Job, *, refresh: bool = False) -> int:
-    """The job's row id, creating or refreshing the row once per process."""
-    if refresh or job not in _job_ids:
-        _job_ids[job] = claims.ensure_job(job)
-    return _job_ids[job]
-
-
 #: Code points PostgreSQL cannot store in text: lone surrogates (how Python hands over bytes
 #: that are not UTF-8, e.g. ``os.fsdecode`` of a file name) cannot even be encoded to send.
 _SURROGATES = re.compile("[\ud800-\udfff]")
@@ -246,20 +211,20 @@ UNSTORABLE = "RESULT_NOT_STORABLE"
 
 
 def _record(job: registry.Job, claim: claims.Claim, slot: dt.datetime, *, countdown: float | None,
-            check_in_id: str, status: str, message: str, error_code: str, traceback: str,
+            status: str, message: str, error_code: str, traceback: str,
             result: Any) -> str | bool:
     """Write the attempt's outcome: ``RETRYING`` if ``countdown`` is given and the job's row allows
     another attempt, else the final outcome (True; False when fenced). Inside a transaction
     (an in-process call) it runs in a savepoint, so a refused write leaves the transaction usable."""
     assert claim.execution_id is not None and claim.fence is not None
     with transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext():
-        if countdown is not None and claims.retry(
-                job_id=job_id(job), execution_id=claim.execution_id, fence=claim.fence, status=status,
+        if countdown is not None and finishes.retry(
+                job_id=jobs.job_id(job), execution_id=claim.execution_id, fence=claim.fence, status=status,
                 message=message, error_code=error_code, traceback=traceback, countdown=countdown):
             return S.RETRYING
         return outcomes.finish(
-            job, job_id(job), claim.execution_id, slot, fence=claim.fence, status=status, message=message,
-            error_code=error_code, traceback=traceback, result=result, check_in_id=check_in_id,
+            job, jobs.job_id(job), claim.execution_id, slot, fence=claim.fence, status=status, message=message,
+            error_code=error_code, traceback=traceback, result=result,
             history=claim.retry_count > 0,  # a first attempt has no history to close
         )
 
@@ -331,7 +296,7 @@ def _begin(
 ) -> claims.Claim:
     for refresh in (False, True):
         try:
-            return claims.begin(job=job, job_id=job_id(job, refresh=refresh), slot=slot,
+            return claims.begin(job=job, job_id=jobs.job_id(job, refresh=refresh), slot=slot,
                                 execution_date=execution_date, worker=HOSTNAME, pid=os.getpid(),
                                 **options)
         except claims.JobRowMissing:  # a flushed database: recreate the row once
@@ -394,7 +359,7 @@ def execute(
     extra["execution"] = claim.execution_id
     if claim.outcome == claims.DUPLICATE and claim.status_seen == claims.CAPPED:
         assert claim.execution_id is not None
-        outcomes.dead(job, job_id=job_id(job), execution_id=claim.execution_id, status=S.LOST,
+        outcomes.dead(job, job_id=jobs.job_id(job), execution_id=claim.execution_id, status=S.LOST,
                       error_code="LEASE_EXPIRED", message="Its worker vanished on the last allowed attempt "
                       "(the lease expired); not taken over.")
         logger.warning("execution %s: its worker vanished on the last attempt; recorded LOST", claim.execution_id,
@@ -409,7 +374,7 @@ def execute(
                        message=f"waiting for execution {claim.blocker}")
     if claim.outcome == claims.GIVE_UP:
         assert claim.execution_id is not None
-        given = outcomes.given_up(job, job_id=job_id(job), execution_id=claim.execution_id,
+        given = outcomes.given_up(job, job_id=jobs.job_id(job), execution_id=claim.execution_id,
                                   note="not retried: the job is paused")
         if given is None:
             return Outcome(job=job.name, slot=slot, status=claims.DUPLICATE, execution_id=claim.execution_id,
@@ -427,14 +392,14 @@ def execute(
         logger.info("%s %s skipped: %s", job.name, schedules.iso(slot), claim.skip_reason,
                     extra=extra)
         if claim.execution_id is not None:
-            outcomes.announce(job, claim.execution_id, slot, S.SKIPPED, claim.skip_reason,
+            outcomes.announce(job, jobs.job_id(job), claim.execution_id, slot, S.SKIPPED, claim.skip_reason,
                               claims.SKIP_MESSAGES[claim.skip_reason])
         return Outcome(job=job.name, slot=slot, status=S.SKIPPED,
                        execution_id=claim.execution_id, run_number=claim.run_number,
                        skip_reason=claim.skip_reason,
                        message=claims.SKIP_MESSAGES[claim.skip_reason],
                        # A paused job skips its waiting executions one after the other.
-                       frees_job=claim.skip_reason == models.SkipReason.PAUSED and execution_id is not None)
+                       frees_job=claim.skip_reason == enums.SkipReason.PAUSED and execution_id is not None)
     assert claim.execution_id is not None and claim.fence is not None
     cancelled = threading.Event()
     run = Run(
@@ -444,11 +409,7 @@ def execute(
         logger=logging.LoggerAdapter(logging.getLogger(f"cron_celery.jobs.{job.name}"), extra),
         cancelled=cancelled,
     )
-    check_in_id = ""
-    if claim.retry_count == 0 and sentry.crons_enabled(job):  # the execution's first attempt
-        check_in_id = sentry.checkin_started(job)
-        if check_in_id:
-            claims.set_checkin(claim.execution_id, check_in_id)
+    outcomes.started(job, claim.execution_id, slot, claim.retry_count + 1)
     leases.track(claim.execution_id, claim.fence, lease, cancelled, extra,
                  job_lock if lock_state == locks.HELD else None)
     if shutdown.requested.is_set():
@@ -478,7 +439,7 @@ def execute(
     try:
         try:
             written, retried = _reconnecting(
-                lambda: _record(job, claim, slot, countdown=countdown, check_in_id=check_in_id, status=status,
+                lambda: _record(job, claim, slot, countdown=countdown, status=status,
                                 message=message, error_code=code, traceback=trace, result=stored),
                 "recording the outcome", extra)
         except (DataError, ValueError) as problem:  # the data, not the connection: record what can be
@@ -488,14 +449,14 @@ def execute(
                              f"{type(problem).__name__}: {str(problem)[:500]}", 1000)
             status, code, trace, stored = S.FAILED, UNSTORABLE, "", None
             written, retried = _reconnecting(
-                lambda: _record(job, claim, slot, countdown=countdown, check_in_id=check_in_id, status=status,
+                lambda: _record(job, claim, slot, countdown=countdown, status=status,
                                 message=message, error_code=code, traceback=trace, result=stored),
                 "recording the outcome", extra)
         if retried and written is False:
             # A commit whose answer was lost with the connection may have written it already.
-            written = claims.written_by(claim.execution_id, claim.fence, status, retrying=countdown is not None)
+            written = finishes.written_by(claim.execution_id, claim.fence, status, retrying=countdown is not None)
             if written is True:
-                outcomes.announce(job, claim.execution_id, slot, status, code, message, check_in_id=check_in_id)
+                outcomes.announce(job, jobs.job_id(job), claim.execution_id, slot, status, code, message)
     except DatabaseError:
         logger.exception("could not record the outcome of execution %s", claim.execution_id,
                          extra=extra)
@@ -512,12 +473,12 @@ def execute(
         return Outcome(job=job.name, slot=slot, status=S.RETRYING, execution_id=claim.execution_id,
                        run_number=claim.run_number, message=message, error_code=code,
                        exc=error, countdown=countdown, frees_job=True)
-    if not written and claims.status_of(claim.execution_id) == S.REVOKED:
+    if not written and executions.status_of(claim.execution_id) == S.REVOKED:
         logger.warning("execution %s was revoked while it ran: its outcome (%s) is not recorded",
                        claim.execution_id, status, extra=extra)
         status = S.REVOKED
     elif not written:
-        claims.count_fenced(job_id(job))
+        finishes.count_fenced(jobs.job_id(job))
         logger.warning("execution %s was fenced: its outcome (%s) is not recorded",
                        claim.execution_id, status, extra=extra)
         status = FENCED

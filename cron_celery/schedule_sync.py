@@ -25,7 +25,7 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 from django_celery_beat.models import CrontabSchedule, IntervalSchedule, PeriodicTask, PeriodicTasks
 
-from cron_celery import exceptions, models, registry, runs, schedule_problems, schedules
+from cron_celery import exceptions, jobs, models, registry, schedule_problems, schedules
 
 logger = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ def sync(now: dt.datetime | None = None) -> SyncReport:
     """Bring django-celery-beat in line with the jobs declared in code (see module doc)."""
     report = SyncReport()
     declared = {job.code: job for job in registry.all_jobs() if job.schedule is not None}
-    job_ids = runs.refresh_job_ids(list(declared.values()))
+    job_ids = jobs.refresh_job_ids(list(declared.values()))
     known = {
         row["code"]: row
         for row in models.CronJob.objects.values("id", "code", "periodic_task_id", "declaration_hash")

@@ -1,4 +1,4 @@
-"""Sentry: error events at a job's final failure, and Crons check-ins owned by cron_celery.
+"""Sentry Crons check-ins owned by cron_celery: a listener of the run's start and end.
 
 Nothing here does anything unless ``sentry_sdk.init()`` ran in the process. Check-ins are
 sent for scheduled jobs when ``"sentry"`` is one of the job's failure channels (and
@@ -7,7 +7,8 @@ an execution (its id is kept on the row), then ``ok`` or ``error`` once, at the 
 outcome, so retries never report an error. The monitor is created or updated from the job
 (``monitor_config``). Celery's own ``CeleryIntegration(monitor_beat_tasks=True)`` only
 watches entries of Celery's beat schedule, which never include cron_celery's jobs, so
-nothing is reported twice.
+nothing is reported twice. The error events of final failures are an alert channel
+(``notifiers.sentry``); ``SentryChannel``, ``active`` and ``options`` are named here too.
 """
 
 from __future__ import annotations
@@ -16,29 +17,19 @@ import logging
 import math
 from typing import Any
 
-import sentry_sdk
 from sentry_sdk.crons import capture_checkin
 
-from cron_celery import conf, exceptions, registry, retries, schedules
-from cron_celery.notifiers.base import Channel, Message
+from cron_celery import alerts, claims, enums, events, registry, retries, schedule_sync, schedules
+from cron_celery.notifiers.sentry import OPTION_RULES, SentryChannel, active, options
+
+__all__ = ["CRONS", "OPTION_RULES", "SentryChannel", "active", "checkin_finished", "checkin_started",
+           "crons_enabled", "in_effect", "monitor_config", "options"]
 
 logger = logging.getLogger(__name__)
-
-
-def active() -> bool:
-    """Whether ``sentry_sdk.init()`` ran here with a DSN (events would go somewhere)."""
-    client = sentry_sdk.get_client()
-    return bool(client.is_active() and getattr(client, "dsn", None) and getattr(client, "transport", None))
-
-
-def options() -> dict[str, Any]:
-    value = conf.settings.NOTIFICATIONS.get("sentry") or {}
-    return dict(value) if isinstance(value, dict) else {}
+S = enums.Status
 
 
 def crons_enabled(job: registry.Job) -> bool:
-    from cron_celery import alerts
-
     return (job.schedule is not None and active() and options().get("crons", True) is not False
             and "sentry" in alerts.channel_names(job, "FAILED"))
 
@@ -66,8 +57,6 @@ def monitor_config(job: registry.Job) -> dict[str, Any]:
 
 def in_effect(job: registry.Job) -> registry.Job:
     """The job with the schedule the beat runs: an admin edit wins over the code."""
-    from cron_celery import schedule_sync  # it imports runs, which imports this module
-
     return schedule_sync.in_effect(job)
 
 
@@ -106,42 +95,32 @@ def checkin_finished(job: registry.Job, check_in_id: str, ok: bool, duration: fl
         logger.exception("could not send the Sentry check-in of %s", job.name)
 
 
-#: The options of ``NOTIFICATIONS["sentry"]``, each with the rule its value must meet.
-OPTION_RULES: dict[str, tuple[str, Any]] = {
-    "crons": ("True or False", lambda value: isinstance(value, bool)),
-    "checkin_margin": ("a whole number of minutes, at least 1",
-                       lambda value: isinstance(value, int) and not isinstance(value, bool) and value >= 1),
-    "recovery_threshold": ("a whole number, at least 1",
-                           lambda value: isinstance(value, int) and not isinstance(value, bool) and value >= 1),
-    "max_runtime_per_attempt": ("a number of seconds above 0",
-                                lambda value: isinstance(value, int | float) and not isinstance(value, bool)
-                                and value > 0),
-}
+class Crons(events.Listener):
+    """Opens a check-in at an execution's first attempt and closes it at its final outcome."""
+
+    name = "sentry-crons"
+
+    def __init__(self) -> None:
+        #: Check-ins opened in this process, by execution id: closing one needs no query.
+        self._opened: dict[int, str] = {}
+
+    def started(self, started: events.Started) -> None:
+        if started.attempt != 1 or not crons_enabled(started.job):
+            return
+        check_in_id = checkin_started(started.job)
+        if check_in_id:
+            claims.set_checkin(started.execution_id, check_in_id)
+            if len(self._opened) >= 1000:
+                self._opened.clear()
+            self._opened[started.execution_id] = check_in_id
+
+    def ended(self, ended: events.Ended) -> None:
+        job = ended.job
+        if (job is None or not ended.final or ended.status not in S.terminal()
+                or ended.status in (S.SKIPPED, S.MISSED) or not crons_enabled(job)):
+            return
+        check_in_id = self._opened.pop(ended.execution_id, "") or claims.checkin_of(ended.execution_id)
+        checkin_finished(job, check_in_id, ended.status == S.SUCCEEDED, None)
 
 
-class SentryChannel(Channel):
-    """Error events: one per final failure, tagged and grouped per job and error code."""
-
-    def problems(self) -> list[str]:
-        found = [f"unknown option {key!r} (known: {', '.join(OPTION_RULES)})"
-                 for key in sorted(self.options) if key not in OPTION_RULES]
-        found += [f"option {key!r} must be {rule}, not {self.options[key]!r}"
-                  for key, (rule, good) in OPTION_RULES.items() if key in self.options and not good(self.options[key])]
-        return found + super().problems()
-
-    def send(self, message: Message, timeout: float) -> None:
-        if not active():
-            raise exceptions.DeliveryFailed("sentry-sdk is not initialised in this worker (call sentry_sdk.init).")
-        first_line = (message.error.strip().splitlines() or [message.status])[0][:200]
-        event: dict[str, Any] = {
-            "level": "error",
-            "logger": "cron_celery",
-            "message": f"{message.job} ({message.code}) {message.status}: {first_line}",
-            "tags": {"cron.job": message.job, "cron.code": message.code, "cron.slot": message.slot.isoformat(),
-                     "cron.attempt": str(message.attempt), "cron.event": message.event},
-            "fingerprint": ["cron_celery", message.code, message.error_code or message.status],
-            "extra": {"execution_id": message.execution_id, "admin_url": message.admin_url,
-                      "traceback": message.traceback[-8000:], "error": message.excerpt()},
-        }
-        if sentry_sdk.capture_event(event) is None:  # type: ignore[arg-type]
-            raise exceptions.DeliveryFailed("sentry-sdk dropped the event (sampling or before_send).")
+CRONS = Crons()

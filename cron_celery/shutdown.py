@@ -23,7 +23,7 @@ from typing import Any
 
 from celery import signals
 
-from cron_celery import leases
+from cron_celery import leases, registry
 
 logger = logging.getLogger(__name__)
 
@@ -67,11 +67,10 @@ def _shutting_down(**kwargs: Any) -> None:
     request()  # pools that run jobs in this process (solo, threads)
     from celery.worker import state
 
-    from cron_celery import tasks
-
     for pending in list(state.active_requests):
         pid = getattr(pending, "worker_pid", None)
-        if pid and pid != os.getpid() and isinstance(getattr(pending, "task", None), tasks.TrackedTask):
+        # A cron job's request: its task is a declared job's (a ``TrackedTask``).
+        if pid and pid != os.getpid() and registry.by_task_name(str(getattr(pending, "name", ""))) is not None:
             try:
                 os.kill(pid, SIGNAL)
             except ProcessLookupError:

@@ -18,10 +18,10 @@ import logging
 
 from django.dispatch import Signal
 
-from cron_celery import models
+from cron_celery import enums, events
 
 logger = logging.getLogger(__name__)
-S = models.Status
+S = enums.Status
 
 #: Final failure (FAILED or TIMED_OUT) after the last attempt.
 execution_failed = Signal()
@@ -51,3 +51,19 @@ def send(*, job: str, code: str, execution_id: int, slot: dt.datetime, status: s
         ):
             if isinstance(result, Exception):
                 logger.error("signal receiver %r failed for execution %s: %r", receiver, execution_id, result)
+
+
+class Signals(events.Listener):
+    """Sends the signals of every final outcome, after its commit."""
+
+    name = "signals"
+
+    def ended(self, ended: events.Ended) -> None:
+        if ended.final:
+            job = ended.job
+            send(job=job.name if job is not None else "", code=job.code if job is not None else "",
+                 execution_id=ended.execution_id, slot=ended.slot, status=ended.status,
+                 error_code=ended.error_code, message=ended.message, recovered=ended.recovered)
+
+
+SIGNALS = Signals()

@@ -11,7 +11,7 @@ from typing import Any, ClassVar, TypeVar, overload
 import celery
 from celery import shared_task
 
-from cron_celery import claims, exceptions, models, registry, runs, schedules, waiting
+from cron_celery import dispatch, enums, exceptions, jobs, registry, runs, schedules, waiting
 
 logger = logging.getLogger(__name__)
 
@@ -87,17 +87,17 @@ def send_run(job: registry.Job, slot: dt.datetime, trigger: str, *, force: bool 
     execution is closed FAILED (``PUBLISH_FAILED``) and ``PublishFailed`` is raised."""
     from celery import current_app
 
-    execution_id, run_number = claims.enqueue(
-        job=job, job_id=runs.job_id(job), slot=slot, execution_date=schedules.execution_date(slot, job.tzinfo),
+    execution_id, run_number = dispatch.enqueue(
+        job=job, job_id=jobs.job_id(job), slot=slot, execution_date=schedules.execution_date(slot, job.tzinfo),
         trigger=trigger, forced=force or rerun, force=force,
     )
     try:
         result = publish(current_app, job.task_name, headers(execution_id, slot, trigger, force=force, rerun=rerun))
     except Exception as exc:
         # Nothing was sent: close the PENDING row so it does not block the slot.
-        claims.abandon(execution_id, f"Could not send the run to the broker: {exc}")
+        dispatch.abandon(execution_id, f"Could not send the run to the broker: {exc}")
         raise exceptions.PublishFailed(f"({type(exc).__name__}: {exc})") from None
-    claims.set_celery_task_id(execution_id, result.id)
+    dispatch.set_celery_task_id(execution_id, result.id)
     return Sent(execution_id=execution_id, run_number=run_number, celery_task_id=str(result.id))
 
 
@@ -125,7 +125,7 @@ def send_waiting(app: celery.Celery, job: registry.Job) -> None:
     if not job.exclusive:
         return
     try:
-        nxt = waiting.next_to_run(runs.job_id(job))
+        nxt = waiting.next_to_run(jobs.job_id(job))
         if nxt is not None:
             send(app, nxt.task_name, execution_id=nxt.execution_id, slot=nxt.slot, trigger=nxt.trigger,
                  celery_task_id=nxt.celery_task_id or None)
@@ -169,7 +169,7 @@ class TrackedTask(celery.Task):  # type: ignore[type-arg]
         else:
             slot = schedules.parse_slot(slot_value, job.tzinfo)
         trigger = request.get(HEADER_TRIGGER) or (
-            models.Trigger.BEAT if execution_id is not None else models.Trigger.DIRECT
+            enums.Trigger.BEAT if execution_id is not None else enums.Trigger.DIRECT
         )
         on_worker = not (request.called_directly or request.is_eager)
         outcome = runs.execute(
@@ -179,7 +179,7 @@ class TrackedTask(celery.Task):  # type: ignore[type-arg]
         )
         if outcome.frees_job:
             send_waiting(self.app, job)
-        if outcome.status == models.Status.RETRYING and outcome.execution_id is not None:
+        if outcome.status == enums.Status.RETRYING and outcome.execution_id is not None:
             # The lock is released and the row says RETRYING; the new message claims it.
             raise self.retry(
                 countdown=outcome.countdown, exc=outcome.exc if isinstance(outcome.exc, Exception) else None,

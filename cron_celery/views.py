@@ -30,7 +30,7 @@ from django.middleware.csrf import CsrfViewMiddleware
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
-from cron_celery import checks, exceptions, health, models, registry, schedule_sync, tasks, tokens
+from cron_celery import checks, enums, exceptions, health, models, registry, schedule_sync, tasks, tokens
 
 logger = logging.getLogger(__name__)
 
@@ -216,7 +216,7 @@ def run(request: HttpRequest, job: str) -> HttpResponse:
             return refused
     try:
         slot = schedule_sync.slot_for(declared, fields.get("date") or None, fields.get("at") or None)
-        sent = tasks.send_run(declared, slot, models.Trigger.ENQUEUE, force=force,
+        sent = tasks.send_run(declared, slot, enums.Trigger.ENQUEUE, force=force,
                               rerun=fields.get("rerun", "").lower() in flag)
     except exceptions.PublishFailed as error:
         return JsonResponse({"error": f"{declared.name}: {error}"}, status=503)

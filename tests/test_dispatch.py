@@ -12,7 +12,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from cron_celery import beat, claims, schedules
+from cron_celery import beat, dispatch, schedules
 from cron_celery.models import CronExecution, CronJob, Status, Trigger
 from tests.conftest import make_job
 
@@ -30,7 +30,7 @@ def test_dispatch_inserts_pending_and_missed_rows_and_advances_the_job():
     set_next(job_id, SLOT - 2 * HOUR)
     plan = schedules.plan_catch_up(schedules.cron("0 * * * *"), SLOT - 2 * HOUR, SLOT + dt.timedelta(seconds=5),
                                    "latest")
-    done = claims.dispatch(job=job, job_id=job_id, expected_next_run_at=SLOT - 2 * HOUR,
+    done = dispatch.dispatch(job=job, job_id=job_id, expected_next_run_at=SLOT - 2 * HOUR,
                            next_run_at=plan.next_run_at, run=plan.run, missed=plan.missed)
     assert done.advanced and done.missed == 2 and [slot for _, slot in done.to_publish] == [SLOT]
     rows = {row.slot: row for row in CronExecution.objects.filter(job_id=job_id)}
@@ -46,21 +46,21 @@ def test_dispatch_inserts_pending_and_missed_rows_and_advances_the_job():
 def test_a_scheduler_with_a_stale_view_writes_nothing():
     job, job_id = make_job()
     set_next(job_id, SLOT)
-    first = claims.dispatch(job=job, job_id=job_id, expected_next_run_at=SLOT, next_run_at=SLOT + HOUR,
+    first = dispatch.dispatch(job=job, job_id=job_id, expected_next_run_at=SLOT, next_run_at=SLOT + HOUR,
                             run=[SLOT], missed=[])
-    second = claims.dispatch(job=job, job_id=job_id, expected_next_run_at=SLOT, next_run_at=SLOT + HOUR,
+    second = dispatch.dispatch(job=job, job_id=job_id, expected_next_run_at=SLOT, next_run_at=SLOT + HOUR,
                              run=[SLOT], missed=[])
     assert first.advanced and len(first.to_publish) == 1
-    assert second == claims.Dispatched(advanced=False, to_publish=[])
+    assert second == dispatch.Dispatched(advanced=False, to_publish=[])
     assert CronExecution.objects.filter(job_id=job_id).count() == 1
 
 
 @pytest.mark.django_db
 def test_a_slot_that_already_has_a_row_is_not_published_again():
     job, job_id = make_job()
-    claims.enqueue(job=job, job_id=job_id, slot=SLOT, execution_date=SLOT.date(), trigger=Trigger.ENQUEUE)
+    dispatch.enqueue(job=job, job_id=job_id, slot=SLOT, execution_date=SLOT.date(), trigger=Trigger.ENQUEUE)
     set_next(job_id, SLOT)
-    done = claims.dispatch(job=job, job_id=job_id, expected_next_run_at=SLOT, next_run_at=SLOT + HOUR,
+    done = dispatch.dispatch(job=job, job_id=job_id, expected_next_run_at=SLOT, next_run_at=SLOT + HOUR,
                            run=[SLOT], missed=[])
     assert done.advanced and done.to_publish == []
     assert CronJob.objects.get(id=job_id).next_run_at == SLOT + HOUR
@@ -73,7 +73,7 @@ def test_due_jobs_lists_only_unpaused_jobs_whose_slot_has_come():
     set_next(later, SLOT + HOUR)
     set_next(paused, SLOT - HOUR)
     CronJob.objects.filter(id=paused).update(paused=True)
-    found = {row.job_id: row.next_run_at for row in claims.due_jobs(SLOT)}
+    found = {row.job_id: row.next_run_at for row in dispatch.due_jobs(SLOT)}
     assert due in found and later not in found and paused not in found and unscheduled not in found
 
 
@@ -89,7 +89,7 @@ def test_two_schedulers_dispatching_at_once_publish_each_slot_once():
         try:
             barrier.wait()
             for i, slot in enumerate(slots):
-                done = claims.dispatch(job=job, job_id=job_id, expected_next_run_at=slot,
+                done = dispatch.dispatch(job=job, job_id=job_id, expected_next_run_at=slot,
                                        next_run_at=slot + HOUR, run=[slot], missed=[])
                 published[index] += done.to_publish
                 if not done.advanced:
@@ -113,9 +113,9 @@ def test_due_jobs_can_be_limited_to_the_jobs_a_scheduler_knows_and_reports_catch
     (job, known), (_, forgotten) = make_job(), make_job()
     set_next(known, SLOT - HOUR)
     set_next(forgotten, SLOT - 2 * HOUR)  # older, but no longer declared anywhere
-    assert [(row.job_id, row.next_run_at) for row in claims.due_jobs(SLOT, limit=1, among=[known])] == [
+    assert [(row.job_id, row.next_run_at) for row in dispatch.due_jobs(SLOT, limit=1, among=[known])] == [
         (known, SLOT - HOUR)]
-    done = claims.dispatch(job=job, job_id=known, expected_next_run_at=SLOT - HOUR, next_run_at=SLOT + HOUR,
+    done = dispatch.dispatch(job=job, job_id=known, expected_next_run_at=SLOT - HOUR, next_run_at=SLOT + HOUR,
                            run=[SLOT - HOUR, SLOT], missed=[])
     late = [execution_id for execution_id, slot in done.to_publish if slot == SLOT - HOUR]
     assert done.catch_up_ids == frozenset(late)
@@ -130,15 +130,15 @@ def test_many_jobs_are_recorded_in_one_statement_and_only_advanced_jobs_get_rows
     (_, first), (_, stale), (_, paused) = jobs
     CronJob.objects.filter(id=paused).update(paused=True)
     decisions = [
-        claims.Decision(job_id=first, expected_next_run_at=SLOT, next_run_at=SLOT + 3 * HOUR,
+        dispatch.Decision(job_id=first, expected_next_run_at=SLOT, next_run_at=SLOT + 3 * HOUR,
                         run=[SLOT, SLOT + HOUR, SLOT + 2 * HOUR], missed=[], tz=dt.UTC),
-        claims.Decision(job_id=stale, expected_next_run_at=SLOT - HOUR, next_run_at=SLOT + HOUR,
+        dispatch.Decision(job_id=stale, expected_next_run_at=SLOT - HOUR, next_run_at=SLOT + HOUR,
                         run=[SLOT], missed=[], tz=dt.UTC),
-        claims.Decision(job_id=paused, expected_next_run_at=SLOT, next_run_at=SLOT + HOUR,
+        dispatch.Decision(job_id=paused, expected_next_run_at=SLOT, next_run_at=SLOT + HOUR,
                         run=[SLOT], missed=[], tz=dt.UTC),
     ]
     with CaptureQueriesContext(connection) as queries:
-        advanced, publish, missed = claims.dispatch_many(decisions)
+        advanced, publish, missed = dispatch.dispatch_many(decisions)
     assert len(queries) == 1 and advanced == {first} and missed == 0
     assert [(item.job_id, item.slot, item.trigger) for item in publish] == [
         (first, SLOT, Trigger.CATCH_UP), (first, SLOT + HOUR, Trigger.CATCH_UP), (first, SLOT + 2 * HOUR, Trigger.BEAT)]

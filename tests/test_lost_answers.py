@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from django.db import OperationalError, connection, connections
 
-from cron_celery import claims, runs
+from cron_celery import claims, dispatch, executions, runs
 from cron_celery.models import CronExecution, Status, Trigger
 from tests.conftest import expire_lease, make_job
 
@@ -23,7 +23,7 @@ SLOT = dt.datetime(2031, 3, 1, 1, 0, tzinfo=dt.UTC)
 
 def _live_runs(job_id: int) -> list[tuple[Any, ...]]:
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT id, fence FROM {claims.EXE} WHERE job_id = %s AND status = 'RUNNING'"
+        cursor.execute(f"SELECT id, fence FROM {executions.EXE} WHERE job_id = %s AND status = 'RUNNING'"
                        " AND lease_until > now()", [job_id])
         return list(cursor.fetchall())
 
@@ -89,7 +89,7 @@ def test_a_claim_of_an_execution_whose_answer_was_lost_runs_the_body_once(monkey
     """A beat slot: the claim committed, its answer was lost, the repeat finds the execution
     RUNNING by this very process and takes it as its own (before: a duplicate, and the run lost)."""
     job, job_id = make_job("standard", "skip", max_retries=0)
-    execution_id, _ = claims.enqueue(job=job, job_id=job_id, slot=SLOT, execution_date=SLOT.date(),
+    execution_id, _ = dispatch.enqueue(job=job, job_id=job_id, slot=SLOT, execution_date=SLOT.date(),
                                      trigger=Trigger.BEAT)
     calls = _answer_lost_once(monkeypatch, "begin")
     bodies: list[int | None] = []

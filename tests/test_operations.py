@@ -21,7 +21,8 @@ from django.db import connection
 from django.test import override_settings
 from django.utils import timezone
 
-from cron_celery import backfill, beat, exceptions, health, registry, retention, runs
+from cron_celery import backfill, beat, exceptions, health, registry, retention
+from cron_celery import jobs as job_rows
 from cron_celery.models import Alert, BeatHeartbeat, CronExecution, CronJob, Status, Trigger
 from tests.conftest import make_job, manage
 
@@ -233,7 +234,7 @@ def test_backfill_plans_the_days_slots_in_the_jobs_timezone():
 @pytest.mark.django_db
 def test_backfill_leaves_out_slots_that_ran_or_run_unless_forced():
     job = registry.get("nightly-report")
-    job_id = runs.job_id(job)
+    job_id = job_rows.job_id(job)
     for day, status in ((10, Status.FAILED), (11, Status.SUCCEEDED), (12, Status.PENDING)):
         slot = utc(2026, 1, day, 1)
         CronExecution.objects.create(job_id=job_id, task_code=job.code, task_name=job.name, slot=slot,
@@ -269,7 +270,7 @@ def test_a_backfill_the_broker_refuses_stops_and_says_how_far_it_got():
 @pytest.mark.django_db
 def test_backfill_follows_the_schedule_edited_in_the_admin():
     job = registry.get("nightly-report")
-    CronJob.objects.filter(id=runs.job_id(job)).update(schedule="30 4 * * *", schedule_timezone="Europe/Amsterdam")
+    CronJob.objects.filter(id=job_rows.job_id(job)).update(schedule="30 4 * * *", schedule_timezone="Europe/Amsterdam")
     assert backfill.plan(job, "2026-01-10", "2026-01-11").slots == [utc(2026, 1, 10, 3, 30), utc(2026, 1, 11, 3, 30)]
 
 
@@ -308,7 +309,7 @@ def test_backfill_send_queues_one_forced_backfill_per_slot(queue):
 def test_backfill_command_dry_run_lists_the_slots_and_sends_nothing(queue):
     job = registry.get("nightly-report")
     slot = utc(2026, 1, 11, 1)
-    CronExecution.objects.create(job_id=runs.job_id(job), task_code=job.code, task_name=job.name, slot=slot,
+    CronExecution.objects.create(job_id=job_rows.job_id(job), task_code=job.code, task_name=job.name, slot=slot,
                                  execution_date=slot.date(), status=Status.SUCCEEDED)
     result = manage("backfill_cron_task", "nightly-report", "--from", "2026-01-10", "--to", "2026-01-12", "--dry-run")
     assert result.returncode == 0, result.stderr

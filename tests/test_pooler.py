@@ -23,7 +23,8 @@ import psycopg
 import pytest
 from django.db import connection
 
-from cron_celery import leadership, reconciler, runs
+from cron_celery import jobs as job_rows
+from cron_celery import leadership, reconciler
 from cron_celery.models import CronExecution, Lease, Status
 from tests.conftest import debian_tool, manage, marked, subprocess_env, wait_for
 from tests.jobsapp.jobs_leader import clock_probe
@@ -155,7 +156,7 @@ def test_reconciler_passes_keep_running_behind_pgbouncer_in_transaction_mode(pgb
 def test_a_worker_behind_pgbouncer_runs_jobs_and_keeps_reconciling(pgbouncer, tmp_path, marker):
     """The whole worker path (claim, lease thread, fenced outcome) and the reconciler's timer,
     every statement through the pooler: nothing relies on a session."""
-    job_id = runs.job_id(clock_probe.job)
+    job_id = job_rows.job_id(clock_probe.job)
     worker = Worker(tmp_path, {"DATABASE_URL": pgbouncer.url, "CRON_TEST_RECONCILE_INTERVAL": "1"},
                     pool="prefork", concurrency=2).start()
     try:

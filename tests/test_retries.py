@@ -22,15 +22,19 @@ from cron_celery import (
     checks,
     claims,
     conf,
+    dispatch,
     exceptions,
+    executions,
+    finishes,
     leadership,
     reconciler,
     registry,
+    repairs,
     retries,
-    runs,
     schedules,
     tasks,
 )
+from cron_celery import jobs as job_rows
 from cron_celery.models import CronExecution, CronJob, Status, Trigger
 from tests.celery_app import app
 from tests.conftest import db_now, make_job, wait_for
@@ -55,13 +59,13 @@ def begin(job, job_id, slot=SLOT, **kw):
 
 
 def enqueue(job, job_id, slot=SLOT, trigger=Trigger.BEAT):
-    execution_id, _ = claims.enqueue(job=job, job_id=job_id, slot=slot, execution_date=slot.date(),
+    execution_id, _ = dispatch.enqueue(job=job, job_id=job_id, slot=slot, execution_date=slot.date(),
                                      trigger=trigger)
     return execution_id
 
 
 def retry(job_id, claim, countdown=30.0, **kw):
-    return claims.retry(job_id=job_id, execution_id=claim.execution_id, fence=kw.pop("fence", claim.fence),
+    return finishes.retry(job_id=job_id, execution_id=claim.execution_id, fence=kw.pop("fence", claim.fence),
                         status=kw.pop("status", Status.FAILED), message=kw.pop("message", "boom"),
                         error_code=kw.pop("error_code", "E1"), traceback=kw.pop("traceback", "tb"),
                         countdown=countdown)
@@ -73,12 +77,12 @@ def sql(statement: str, params: list[Any]) -> None:
 
 
 def expire(execution_id: int) -> None:
-    sql(f"UPDATE {claims.EXE} SET lease_until = now() - interval '5 minutes' WHERE id = %s", [execution_id])
+    sql(f"UPDATE {executions.EXE} SET lease_until = now() - interval '5 minutes' WHERE id = %s", [execution_id])
 
 
 def backdate(execution_id: int, minutes: int = 60) -> None:
     """A row created long ago (beyond PENDING_GRACE), so the reconciler sees it as stranded."""
-    sql(f"UPDATE {claims.EXE} SET created_at = now() - make_interval(mins => %s) WHERE id = %s",
+    sql(f"UPDATE {executions.EXE} SET created_at = now() - make_interval(mins => %s) WHERE id = %s",
         [minutes, execution_id])
 
 
@@ -220,7 +224,7 @@ def test_the_soft_time_limit_retries_by_default_and_so_does_a_hard_kill():
     assert retries.wanted_after_kill(declare(max_retries=1, retry_on=SoftTimeLimitExceeded)) is True
 
 
-# --- 3. claims.retry -------------------------------------------------------------------------
+# --- 3. finishes.retry -------------------------------------------------------------------------
 
 def test_retry_ends_the_attempt_and_schedules_the_next_without_counting_a_failure():
     job, job_id = make_job(max_retries=2)
@@ -253,7 +257,7 @@ def test_retry_with_a_stale_fence_or_after_the_finish_writes_nothing():
     before = snapshot()
     assert retry(job_id, claim, fence=claim.fence - 1) is False
     assert snapshot() == before
-    assert claims.finish(job_id=job_id, execution_id=claim.execution_id, fence=claim.fence, status=Status.FAILED)
+    assert finishes.finish(job_id=job_id, execution_id=claim.execution_id, fence=claim.fence, status=Status.FAILED)
     finished = snapshot()
     assert retry(job_id, claim) is False
     assert snapshot() == finished and row(claim.execution_id).status == Status.FAILED
@@ -286,7 +290,7 @@ def test_every_attempt_is_one_entry_with_a_growing_fence_until_the_cap_refuses()
     assert [a.get("status") for a in r.attempts] == ["FAILED", "FAILED", None]
     assert [a.get("message") for a in r.attempts] == ["fail 1", "fail 2", None]
     assert [(a["worker"], a["pid"]) for a in r.attempts] == [("w1", 1), ("w2", 2), ("w3", 3)]
-    assert claims.finish(job_id=job_id, execution_id=execution_id, fence=claim.fence, status=Status.FAILED,
+    assert finishes.finish(job_id=job_id, execution_id=execution_id, fence=claim.fence, status=Status.FAILED,
                          message="final", error_code="E9")
     r = row(execution_id)
     assert (r.status, r.completed, r.success, r.attempts[-1]["status"]) == (Status.FAILED, True, False, "FAILED")
@@ -301,10 +305,10 @@ def test_a_job_without_retries_is_never_retried():
     assert snapshot() == before
 
 
-# --- 4. claims.end_dead_attempts --------------------------------------------------------------
+# --- 4. repairs.end_dead_attempts --------------------------------------------------------------
 
 def dead(job_id, status=Status.LOST, **kw):
-    return claims.end_dead_attempts(job_id=job_id, status=status, error_code=kw.pop("error_code", "WORKER_LOST"),
+    return repairs.end_dead_attempts(job_id=job_id, status=status, error_code=kw.pop("error_code", "WORKER_LOST"),
                                     message=kw.pop("message", "the child died"), **kw)
 
 
@@ -314,7 +318,7 @@ def test_a_dead_child_found_by_worker_and_pid_is_retried_without_touching_the_jo
     assert dead(job_id, worker="host-b", pid=4242) is None  # another host's child
     assert dead(job_id, worker="host-a", pid=4243) is None  # another child
     ended = dead(job_id, worker="host-a", pid=4242)
-    assert ended == claims.Ended(execution_id=claim.execution_id, job_id=job_id, status=Status.RETRYING,
+    assert ended == repairs.Ended(execution_id=claim.execution_id, job_id=job_id, status=Status.RETRYING,
                                  retry_count=1, slot=SLOT, trigger=Trigger.MANUAL)
     r = row(claim.execution_id)
     assert (r.status, r.retry_count, r.completed, r.success, r.ended, r.pid) == (
@@ -397,7 +401,7 @@ def test_the_retry_the_reconciler_sends_keeps_the_executions_task_id_so_a_queued
     job, job_id = make_job(max_retries=2)
     execution_id = enqueue(job, job_id, trigger=Trigger.BEAT)
     begin(job, job_id, execution_id=execution_id, worker="gone", pid=1)
-    claims.set_celery_task_id(execution_id, "the-first-message")
+    dispatch.set_celery_task_id(execution_id, "the-first-message")
     expire(execution_id)
     assert reconciler.run_pass(NOW) == report(lost=1, retried=1)
     (headers,) = queue.headers()
@@ -421,7 +425,7 @@ def test_an_expired_run_without_attempts_left_is_lost_for_good_and_not_sent(queu
 def test_a_retry_sent_by_the_reconciler_is_run_by_a_real_worker():
     job = jobs.dies_once.job  # max_retries=2; returns at once from its second attempt on
     assert job is not None
-    job_id = runs.job_id(job)
+    job_id = job_rows.job_id(job)
     execution_id = enqueue(job, job_id, trigger=Trigger.BEAT)
     claim = begin(job, job_id, execution_id=execution_id, worker="vanished-host", pid=1)
     expire(execution_id)
@@ -446,7 +450,7 @@ def test_stranded_beat_slots_follow_the_catch_up_policy(queue):
     every, every_id = make_job(catch_up="all")
     later = SLOT + dt.timedelta(hours=1)
     # As beat writes it: a PENDING row with the Celery task id chosen at dispatch.
-    dispatched = claims.dispatch(job=every, job_id=every_id, expected_next_run_at=None,
+    dispatched = dispatch.dispatch(job=every, job_id=every_id, expected_next_run_at=None,
                                  next_run_at=dt.datetime(2099, 1, 1, tzinfo=dt.UTC), run=[later], missed=[])
     ((all_new, _slot),) = dispatched.to_publish
     stranded = {
@@ -488,7 +492,7 @@ def test_enqueued_and_retrying_executions_are_always_sent_again(queue):
     backdate(enqueued)
     retrying_claim = begin(job, job_id, slot=SLOT + dt.timedelta(hours=1), trigger=Trigger.BEAT)
     assert retry(job_id, retrying_claim, countdown=0)
-    sql(f"UPDATE {claims.EXE} SET lease_until = now() - interval '2 minutes' WHERE id = %s",
+    sql(f"UPDATE {executions.EXE} SET lease_until = now() - interval '2 minutes' WHERE id = %s",
         [retrying_claim.execution_id])  # its retry was due two minutes ago and never came
     assert reconciler.run_pass(NOW) == report(resent=2)
     assert (row(enqueued).status, row(enqueued).republished) == (Status.PENDING, 1)
@@ -507,7 +511,7 @@ def test_a_message_sent_republish_limit_times_is_given_up_as_lost(queue):
     given_up = enqueue(job, job_id, slot=SLOT + dt.timedelta(hours=1))
     for execution_id, republished in ((last_try, 1), (given_up, 2)):  # REPUBLISH_LIMIT is 2
         backdate(execution_id)
-        sql(f"UPDATE {claims.EXE} SET republished = %s WHERE id = %s", [republished, execution_id])
+        sql(f"UPDATE {executions.EXE} SET republished = %s WHERE id = %s", [republished, execution_id])
     assert reconciler.run_pass(NOW) == report(resent=1, abandoned=1)
     assert (row(last_try).status, row(last_try).republished) == (Status.PENDING, 2)
     lost = row(given_up)
@@ -739,11 +743,11 @@ def test_a_retry_wait_not_below_half_the_visibility_timeout_is_e010(options, vis
 def test_a_lost_rerun_message_is_sent_again_as_a_rerun():
     job = jobs.calc_commission.job  # rerun_on_failure
     assert job is not None
-    job_id = runs.job_id(job)
+    job_id = job_rows.job_id(job)
     first = begin(job, job_id, trigger=Trigger.ENQUEUE)
-    assert claims.finish(job_id=job_id, execution_id=first.execution_id, fence=first.fence, status=Status.SUCCEEDED)
+    assert finishes.finish(job_id=job_id, execution_id=first.execution_id, fence=first.fence, status=Status.SUCCEEDED)
     # ``run_cron_task --enqueue --rerun``: a forced PENDING row whose message the broker lost.
-    execution_id, run_number = claims.enqueue(job=job, job_id=job_id, slot=SLOT, execution_date=SLOT.date(),
+    execution_id, run_number = dispatch.enqueue(job=job, job_id=job_id, slot=SLOT, execution_date=SLOT.date(),
                                               trigger=Trigger.ENQUEUE, forced=True)
     assert run_number == 2
     backdate(execution_id)

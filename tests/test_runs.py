@@ -8,6 +8,7 @@ import threading
 import pytest
 
 from cron_celery import JobFailed, Run, exceptions, models, runs
+from cron_celery import jobs as job_rows
 from cron_celery.models import CronExecution, Status, Trigger
 from tests.conftest import make_job
 
@@ -175,7 +176,7 @@ def test_a_fenced_finish_reports_fenced_and_leaves_the_newer_claim_alone():
 
 def test_a_job_row_deleted_under_a_running_process_is_recreated():
     job, job_id = make_job()
-    runs.job_id(job)
+    job_rows.job_id(job)
     models.CronJob.objects.filter(id=job_id).delete()
     outcome = execute(job, lambda run: "again")
     assert outcome.status == Status.SUCCEEDED

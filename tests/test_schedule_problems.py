@@ -22,8 +22,8 @@ from django_celery_beat.models import (
 from cron_celery import (
     alerts,
     beat,
-    claims,
     dashboard,
+    dispatch,
     exceptions,
     reconciler,
     registry,
@@ -130,7 +130,7 @@ def test_a_job_without_a_previous_schedule_is_paused_until_the_edit_is_fixed():
     schedule_sync.apply_edits(NOW)
     row = job_row("nightly-report")
     assert row.paused and row.next_run_at is None and "never fires" in row.schedule_problem
-    assert claims.next_due()[0] is not None  # the other jobs are still due
+    assert dispatch.next_due()[0] is not None  # the other jobs are still due
     break_nightly_crontab(day_of_month="30")
     schedule_sync.apply_edits(NOW)
     row = job_row("nightly-report")
@@ -235,7 +235,7 @@ def test_a_stored_schedule_that_cannot_be_planned_is_set_aside_not_dispatched_fo
     zoneless = bad_stored_row("tick-1s", "every 1s")
     CronJob.objects.filter(id=zoneless.id).update(timezone="Mars/Olympus_Mons")  # the job's own timezone
     CronJob.objects.filter(name="tick-2s").update(next_run_at=NOW - dt.timedelta(seconds=2))
-    due = claims.due_jobs(NOW)
+    due = dispatch.due_jobs(NOW)
     assert {bad.id, zoneless.id} <= {row.job_id for row in due}
     problems: dict[int, str] = {}
     decisions = [beat.plan(row, NOW, {}, {}, problems) for row in due]
@@ -244,7 +244,7 @@ def test_a_stored_schedule_that_cannot_be_planned_is_set_aside_not_dispatched_fo
     assert job_row("tick-2s").id in planned  # the rest of the batch is dispatched
     assert "never fires" in problems[bad.id] and "Mars/Olympus_Mons" in problems[zoneless.id]
     assert schedule_problems.set_aside(problems) == 2
-    assert {row.job_id for row in claims.due_jobs(NOW)}.isdisjoint({bad.id, zoneless.id})
+    assert {row.job_id for row in dispatch.due_jobs(NOW)}.isdisjoint({bad.id, zoneless.id})
     row = job_row("nightly-report")
     assert row.paused and row.next_run_at is None and "never fires" in row.schedule_problem
     # A usable edit of its periodic task brings it back.
@@ -279,7 +279,7 @@ def test_beat_rows_take_the_execution_date_in_the_jobs_timezone():
     CronJob.objects.filter(name="nightly-report").update(timezone="Pacific/Kiritimati",
                                                          schedule_timezone="Pacific/Pago_Pago",
                                                          next_run_at=NOW - dt.timedelta(minutes=1))
-    row = next(row for row in claims.due_jobs(NOW) if row.name == "nightly-report")
+    row = next(row for row in dispatch.due_jobs(NOW) if row.name == "nightly-report")
     assert (row.timezone, row.job_timezone) == ("Pacific/Pago_Pago", "Pacific/Kiritimati")
     decision = beat.plan(row, NOW, {}, {})
     assert decision is not None and str(decision.tz) == "Pacific/Kiritimati"

@@ -10,7 +10,8 @@ import pytest
 from django.db import connection
 from django.test import override_settings
 
-from cron_celery import claims, inflight, outcomes, reconciler, runs, tasks, waiting
+from cron_celery import claims, dispatch, executions, finishes, inflight, outcomes, reconciler, tasks, waiting
+from cron_celery import jobs as job_rows
 from cron_celery.models import CronExecution, CronJob, SkipReason, Status, Trigger
 from tests.celery_app import app
 from tests.conftest import db_now, make_job
@@ -29,7 +30,7 @@ def begin(job, job_id, slot=SLOT, **kw):
 
 
 def pending(job, job_id, slot=SLOT, trigger=Trigger.BACKFILL, **kw):
-    execution_id, _ = claims.enqueue(job=job, job_id=job_id, slot=slot, execution_date=slot.date(),
+    execution_id, _ = dispatch.enqueue(job=job, job_id=job_id, slot=slot, execution_date=slot.date(),
                                      trigger=trigger, **kw)
     return execution_id
 
@@ -40,7 +41,7 @@ def row(execution_id):
 
 def backdate(execution_id, minutes=60):
     with connection.cursor() as cursor:
-        cursor.execute(f"UPDATE {claims.EXE} SET created_at = now() - make_interval(mins => %s),"
+        cursor.execute(f"UPDATE {executions.EXE} SET created_at = now() - make_interval(mins => %s),"
                        " lease_until = now() - make_interval(mins => %s) WHERE id = %s",
                        [minutes, minutes, execution_id])
 
@@ -79,7 +80,7 @@ def test_a_busy_lock_with_a_live_run_makes_a_backfill_wait_too():
 def test_a_retry_that_meets_a_live_run_waits_and_keeps_its_error():
     job, job_id = make_job(overlap="skip", max_retries=2)
     first = begin(job, job_id, execution_id=pending(job, job_id, trigger=Trigger.BEAT), trigger=Trigger.BEAT)
-    assert claims.retry(job_id=job_id, execution_id=first.execution_id, fence=first.fence, status=Status.FAILED,
+    assert finishes.retry(job_id=job_id, execution_id=first.execution_id, fence=first.fence, status=Status.FAILED,
                         message="ConnectionError: down", error_code="ConnectionError", traceback="", countdown=0)
     live = begin(job, job_id, slot=LATER)
     claim = begin(job, job_id, execution_id=first.execution_id, trigger=Trigger.BEAT)
@@ -89,7 +90,7 @@ def test_a_retry_that_meets_a_live_run_waits_and_keeps_its_error():
         Status.RETRYING, "ConnectionError: down", "ConnectionError", 1)
     assert r.waiting_since is not None
     # The live run ends: the retry claims its execution, no longer waiting.
-    assert claims.finish(job_id=job_id, execution_id=live.execution_id, fence=live.fence, status=Status.SUCCEEDED)
+    assert finishes.finish(job_id=job_id, execution_id=live.execution_id, fence=live.fence, status=Status.SUCCEEDED)
     again = begin(job, job_id, execution_id=first.execution_id, trigger=Trigger.BEAT)
     assert again.claimed and row(first.execution_id).waiting_since is None
 
@@ -97,10 +98,10 @@ def test_a_retry_that_meets_a_live_run_waits_and_keeps_its_error():
 def test_a_retry_owns_its_slot_even_if_another_run_of_the_slot_succeeded_meanwhile():
     job, job_id = make_job("standard", overlap="allow", max_retries=2)
     first = begin(job, job_id, execution_id=pending(job, job_id, trigger=Trigger.BEAT), trigger=Trigger.BEAT)
-    assert claims.retry(job_id=job_id, execution_id=first.execution_id, fence=first.fence, status=Status.FAILED,
+    assert finishes.retry(job_id=job_id, execution_id=first.execution_id, fence=first.fence, status=Status.FAILED,
                         message="boom", error_code="E", traceback="", countdown=0)
     forced = begin(job, job_id, force=True)
-    assert claims.finish(job_id=job_id, execution_id=forced.execution_id, fence=forced.fence,
+    assert finishes.finish(job_id=job_id, execution_id=forced.execution_id, fence=forced.fence,
                          status=Status.SUCCEEDED)
     assert begin(job, job_id, execution_id=first.execution_id, trigger=Trigger.BEAT).claimed
 
@@ -108,7 +109,7 @@ def test_a_retry_owns_its_slot_even_if_another_run_of_the_slot_succeeded_meanwhi
 def test_a_retry_of_a_paused_job_ends_with_its_failure_counted():
     job, job_id = make_job(overlap="skip", max_retries=2)
     first = begin(job, job_id, execution_id=pending(job, job_id, trigger=Trigger.BEAT), trigger=Trigger.BEAT)
-    assert claims.retry(job_id=job_id, execution_id=first.execution_id, fence=first.fence, status=Status.TIMED_OUT,
+    assert finishes.retry(job_id=job_id, execution_id=first.execution_id, fence=first.fence, status=Status.TIMED_OUT,
                         message="SoftTimeLimitExceeded", error_code="TIME_LIMIT", traceback="tb", countdown=0)
     CronJob.objects.filter(id=job_id).update(paused=True)
     claim = begin(job, job_id, execution_id=first.execution_id, trigger=Trigger.BEAT)
@@ -146,7 +147,7 @@ def test_the_oldest_waiting_execution_is_next_once_the_job_is_free():
         claim = begin(job, job_id, slot, execution_id=execution_id, trigger=Trigger.BACKFILL)
         assert claim.outcome == claims.WAITING
     assert waiting.next_to_run(job_id) is None  # the live run still holds the job
-    assert claims.finish(job_id=job_id, execution_id=live.execution_id, fence=live.fence, status=Status.SUCCEEDED)
+    assert finishes.finish(job_id=job_id, execution_id=live.execution_id, fence=live.fence, status=Status.SUCCEEDED)
     nxt = waiting.next_to_run(job_id)
     assert nxt is not None and (nxt.execution_id, nxt.slot, nxt.trigger, nxt.task_name) == (
         ids[1], SLOT + dt.timedelta(hours=1), Trigger.BACKFILL, job.task_name)
@@ -160,7 +161,7 @@ def test_send_waiting_sends_the_next_one_with_its_own_task_id(queue):
     begin(job, job_id, execution_id=waiting_id, trigger=Trigger.BACKFILL)
     tasks.send_waiting(app, job)
     assert queue.headers() == []  # still busy: nothing is sent
-    assert claims.finish(job_id=job_id, execution_id=live.execution_id, fence=live.fence, status=Status.SUCCEEDED)
+    assert finishes.finish(job_id=job_id, execution_id=live.execution_id, fence=live.fence, status=Status.SUCCEEDED)
     tasks.send_waiting(app, job)
     [sent] = queue.headers()
     assert (sent["id"], sent[tasks.HEADER_EXECUTION], sent[tasks.HEADER_TRIGGER]) == (
@@ -184,7 +185,7 @@ def test_the_reconciler_sends_a_waiting_execution_whose_job_is_free_and_whose_me
     live = begin(job, job_id, slot=LATER)
     waiting_id = pending(job, job_id, trigger=Trigger.CATCH_UP)
     begin(job, job_id, execution_id=waiting_id, trigger=Trigger.CATCH_UP)
-    claims.finish(job_id=job_id, execution_id=live.execution_id, fence=live.fence, status=Status.SUCCEEDED)
+    finishes.finish(job_id=job_id, execution_id=live.execution_id, fence=live.fence, status=Status.SUCCEEDED)
     backdate(waiting_id)  # the send after the live run ended was lost
     assert reconciler.run_pass() == reconciler.Report(resent=1)  # never MISSED: it was asked for
     [sent] = queue.headers()
@@ -230,11 +231,11 @@ def test_an_in_process_run_sends_the_execution_that_waited_for_it(queue, marker)
     from tests.jobsapp import jobs_buffer
 
     job = jobs_buffer.hourly_exclusive.job
-    job_id = runs.job_id(job)
+    job_id = job_rows.job_id(job)
     blocker = begin(job, job_id, slot=LATER)
     waiting_id = pending(job, job_id)
     begin(job, job_id, execution_id=waiting_id, trigger=Trigger.BACKFILL)
-    claims.finish(job_id=job_id, execution_id=blocker.execution_id, fence=blocker.fence, status=Status.SUCCEEDED)
+    finishes.finish(job_id=job_id, execution_id=blocker.execution_id, fence=blocker.fence, status=Status.SUCCEEDED)
     call_command("run_cron_task", job.name, "--at", "2026-11-29T05:00:00Z")
     [sent] = queue.headers()
     assert sent[tasks.HEADER_EXECUTION] == waiting_id
@@ -247,7 +248,7 @@ def test_a_forced_run_of_a_paused_job_keeps_its_force_while_it_waits(queue):
     sent = tasks.send_run(job, SLOT, Trigger.ADMIN, force=True)
     assert row(sent.execution_id).force is True
     assert begin(job, job_id, execution_id=sent.execution_id, trigger=Trigger.ADMIN).outcome == claims.WAITING
-    claims.finish(job_id=job_id, execution_id=live.execution_id, fence=live.fence, status=Status.SUCCEEDED)
+    finishes.finish(job_id=job_id, execution_id=live.execution_id, fence=live.fence, status=Status.SUCCEEDED)
     queue.client.delete(queue.name)
     tasks.send_waiting(app, job)
     [headers] = queue.headers()
@@ -267,7 +268,7 @@ def test_waiting_executions_are_sent_one_at_a_time_and_never_given_up(queue):
         for execution_id, slot in zip(ids, slots, strict=True):
             claim = begin(job, job_id, slot, execution_id=execution_id, trigger=Trigger.BACKFILL)
             assert claim.outcome == claims.WAITING
-        claims.finish(job_id=job_id, execution_id=live.execution_id, fence=live.fence, status=Status.SUCCEEDED)
+        finishes.finish(job_id=job_id, execution_id=live.execution_id, fence=live.fence, status=Status.SUCCEEDED)
         for execution_id in ids:
             backdate(execution_id)
         queue.client.delete(queue.name)
@@ -287,7 +288,7 @@ def test_a_rate_limited_job_still_skips_calls_that_meet_a_live_run():
 def test_a_retry_whose_job_was_resumed_meanwhile_is_not_given_up():
     job, job_id = make_job(overlap="skip", max_retries=2)
     first = begin(job, job_id, execution_id=pending(job, job_id, trigger=Trigger.BEAT), trigger=Trigger.BEAT)
-    claims.retry(job_id=job_id, execution_id=first.execution_id, fence=first.fence, status=Status.FAILED,
+    finishes.retry(job_id=job_id, execution_id=first.execution_id, fence=first.fence, status=Status.FAILED,
                  message="boom", error_code="E", traceback="", countdown=0)
     assert outcomes.given_up(job, job_id=job_id, execution_id=first.execution_id, note="paused") is None
     assert row(first.execution_id).status == Status.RETRYING

@@ -9,7 +9,8 @@ import pytest
 from celery import signals
 from celery.contrib.testing.worker import start_worker
 
-from cron_celery import claims, models, runs, schedules, tasks
+from cron_celery import dispatch, models, schedules, tasks
+from cron_celery import jobs as job_rows
 from cron_celery.models import CronExecution, Status, Trigger
 from tests.celery_app import app
 from tests.conftest import marked, wait_for
@@ -50,7 +51,7 @@ def finished(**filters):
 
 def enqueue(task_job, slot=SLOT, task_id=None, **extra_headers):
     job = task_job.job
-    execution_id, _ = claims.enqueue(job=job, job_id=runs.job_id(job), slot=slot,
+    execution_id, _ = dispatch.enqueue(job=job, job_id=job_rows.job_id(job), slot=slot,
                                      execution_date=slot.date(), trigger=Trigger.ENQUEUE)
     headers = {tasks.HEADER_SLOT: schedules.iso(slot), tasks.HEADER_EXECUTION: execution_id,
                tasks.HEADER_TRIGGER: Trigger.ENQUEUE, **extra_headers}

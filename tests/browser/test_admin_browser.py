@@ -16,7 +16,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
-from cron_celery import runs, schedule_sync
+from cron_celery import dispatch, finishes, schedule_sync
+from cron_celery import jobs as job_rows
 from cron_celery.models import CronExecution, CronJob, Status, Trigger
 from tests.conftest import ROOT, debian_tool
 from tests.jobsapp import tasks as jobs
@@ -64,7 +65,7 @@ def seed() -> dict[str, int]:
     schedule_sync.sync()
     declared = (("tick-2s", jobs.tick_2s), ("nightly-report", jobs.nightly_report),
                 ("calc-commission", jobs.calc_commission))
-    ids = {name: runs.job_id(task.job) for name, task in declared}
+    ids = {name: job_rows.job_id(task.job) for name, task in declared}
     history(ids["tick-2s"], 30)
     history(ids["nightly-report"], 3, Status.FAILED)  # the newest three
     history(ids["nightly-report"], 6, start=4)
@@ -155,13 +156,13 @@ def test_waiting_revoked_and_refused_edits_are_visible(page: Page, live_server: 
     slot = dt.datetime(2026, 11, 20, 1, 0, tzinfo=dt.UTC)
     live = claims.begin(job=job, job_id=job_id, slot=slot + dt.timedelta(days=1), execution_date=slot.date(),
                         trigger=Trigger.MANUAL, force=True)
-    waiting_id, _ = claims.enqueue(job=job, job_id=job_id, slot=slot, execution_date=slot.date(),
+    waiting_id, _ = dispatch.enqueue(job=job, job_id=job_id, slot=slot, execution_date=slot.date(),
                                    trigger=Trigger.BACKFILL, forced=True)
     assert claims.begin(job=job, job_id=job_id, slot=slot, execution_date=slot.date(), trigger=Trigger.BACKFILL,
                         execution_id=waiting_id).outcome == claims.WAITING
-    revoked_id, _ = claims.enqueue(job=job, job_id=job_id, slot=slot - dt.timedelta(days=1),
+    revoked_id, _ = dispatch.enqueue(job=job, job_id=job_id, slot=slot - dt.timedelta(days=1),
                                    execution_date=slot.date(), trigger=Trigger.ENQUEUE)
-    assert claims.revoke(execution_id=revoked_id, job_id=job_id, message="Revoked before it started.") is not None
+    assert finishes.revoke(execution_id=revoked_id, job_id=job_id, message="Revoked before it started.") is not None
     CronJob.objects.filter(id=ids["tick-2s"]).update(
         schedule_problem="Invalid schedule '* * 30 2 *': it never fires")
     page.goto(f"{live_server.url}/admin/cron_celery/cronexecution/?task_code__exact={job.code}")

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 from django.conf import settings
 
-from cron_celery import backfill, claims, runs, schedules, tasks
+from cron_celery import backfill, dispatch, schedules, tasks
+from cron_celery import jobs as job_rows
 from cron_celery.models import Alert, CronExecution, CronJob, Status, Trigger
 from tests.celery_app import app
 from tests.conftest import marked, wait_for
@@ -94,10 +95,10 @@ def test_catch_up_all_and_bulk_reruns_wait_for_the_live_run(workers, marker):
     meet each other's live runs: each waits its turn."""
     workers(concurrency=3)
     job = jobs.hourly_exclusive.job
-    job_id = runs.job_id(job)
+    job_id = job_rows.job_id(job)
     start = dt.datetime.combine(DAY, dt.time(0), tzinfo=dt.UTC)
     late = [start + dt.timedelta(hours=hour) for hour in range(6)]
-    dispatched = claims.dispatch(job=job, job_id=job_id, expected_next_run_at=None,
+    dispatched = dispatch.dispatch(job=job, job_id=job_id, expected_next_run_at=None,
                                  next_run_at=late[-1] + dt.timedelta(hours=1), run=late, missed=[])
     for execution_id, slot in dispatched.to_publish:
         trigger = Trigger.CATCH_UP if execution_id in dispatched.catch_up_ids else Trigger.BEAT
@@ -186,10 +187,10 @@ def _backlog(workers, marker, code: str, task: Any, broker_url: str | None, **en
     workers(concurrency=1, broker_url=broker_url, CRON_TEST_RECONCILE_INTERVAL="1", CRON_TEST_PENDING_GRACE="2",
             CRON_TEST_SLEEP="1", **env)
     job = task.job
-    job_id = runs.job_id(job)
+    job_id = job_rows.job_id(job)
     start = dt.datetime(2026, 11, 30, 3, 0, tzinfo=dt.UTC)
     slots = [start + dt.timedelta(minutes=minute) for minute in range(10)]
-    dispatched = claims.dispatch(job=job, job_id=job_id, expected_next_run_at=None,
+    dispatched = dispatch.dispatch(job=job, job_id=job_id, expected_next_run_at=None,
                                  next_run_at=slots[-1] + dt.timedelta(minutes=1), run=slots, missed=[])
     with app.connection_for_write(broker_url) if broker_url else app.connection_for_write() as conn:
         for execution_id, slot in dispatched.to_publish:

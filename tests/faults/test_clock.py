@@ -20,7 +20,7 @@ import time
 import pytest
 from django.db import connection
 
-from cron_celery import runs
+from cron_celery import jobs as job_rows
 from cron_celery.models import CronExecution, CronJob, Status
 from tests.conftest import ROOT, db_now, debian_tool, subprocess_env, wait_for
 from tests.jobsapp.jobs_leader import clock_probe
@@ -77,7 +77,7 @@ def scheduled_from(job_id: int, minutes_ago: int) -> dt.datetime:
 
 
 def test_the_reconciler_judges_missed_slots_by_the_database_clock_not_the_workers(faketime):
-    job_id = runs.job_id(clock_probe.job)
+    job_id = job_rows.job_id(clock_probe.job)
     ahead = float(under_clock(faketime, "+10m", "-c", "import time; print(time.time())"))
     assert ahead - db_now().timestamp() > 590, "faketime did not move the child's clock"
 

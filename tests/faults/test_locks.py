@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from django.test import override_settings
 
-from cron_celery import claims, locks, models, runs, schedules, tasks
+from cron_celery import dispatch, locks, models, runs, schedules, tasks
+from cron_celery import jobs as job_rows
 from cron_celery.models import CronExecution, SkipReason, Status, Trigger
 from tests.celery_app import app
 from tests.conftest import marked, wait_for
@@ -107,7 +108,7 @@ def test_no_quorum_runs_go_on_exactly_once_through_the_database(masters, workers
         spawn(workers, tmp_path, urls, CRON_TEST_SLEEP="0.3")
     for i in range(6):
         # The same slot twice at once, as two beats or a redelivery would send it.
-        execution_id, _ = claims.enqueue(job=jobs.exclusive.job, job_id=runs.job_id(jobs.exclusive.job),
+        execution_id, _ = dispatch.enqueue(job=jobs.exclusive.job, job_id=job_rows.job_id(jobs.exclusive.job),
                                          slot=slot(i), execution_date=slot(i).date(), trigger=Trigger.ENQUEUE)
         headers = {tasks.HEADER_SLOT: schedules.iso(slot(i)), tasks.HEADER_EXECUTION: execution_id}
         for _ in range(2):
@@ -128,7 +129,7 @@ def test_a_paused_lock_holder_is_fenced_and_the_takeover_wins(masters, workers, 
     timing = {"CRON_TEST_LOCK_TTL": "1.5", "CRON_TEST_LEASE_SECONDS": "3"}
     first = spawn(workers, tmp_path, urls, CRON_TEST_SLEEP="6", **timing)
     job = jobs.exclusive.job
-    execution_id, _ = claims.enqueue(job=job, job_id=runs.job_id(job), slot=slot(0),
+    execution_id, _ = dispatch.enqueue(job=job, job_id=job_rows.job_id(job), slot=slot(0),
                                      execution_date=slot(0).date(), trigger=Trigger.ENQUEUE)
     headers = {tasks.HEADER_SLOT: schedules.iso(slot(0)), tasks.HEADER_EXECUTION: execution_id}
     app.send_task(jobs.exclusive.name, headers=headers)

@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from cron_celery import claims, runs, tasks
+from cron_celery import dispatch, tasks
+from cron_celery import jobs as job_rows
 from cron_celery.models import Alert, AlertStatus, CronExecution, CronJob, Status, Trigger
 from tests.celery_app import app
 from tests.conftest import marked, wait_for
@@ -57,7 +58,7 @@ def started(tmp_path: Path, marker: Path, broker: RedisServer) -> Iterator[Any]:
 def enqueue(task: Any, broker: RedisServer, slot: dt.datetime = SLOT) -> int:
     """What ``run_cron_task --enqueue`` does: a PENDING row, then its message."""
     job = task.job
-    execution_id, _ = claims.enqueue(job=job, job_id=runs.job_id(job), slot=slot, execution_date=slot.date(),
+    execution_id, _ = dispatch.enqueue(job=job, job_id=job_rows.job_id(job), slot=slot, execution_date=slot.date(),
                                      trigger=Trigger.ENQUEUE)
     with app.connection_for_write(broker.url) as conn:
         app.send_task(job.task_name, headers=tasks.headers(execution_id, slot, Trigger.ENQUEUE), connection=conn)

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from cron_celery import claims, reconciler, runs, tasks
+from cron_celery import dispatch, reconciler, tasks
+from cron_celery import jobs as job_rows
 from cron_celery.models import Alert, CronExecution, CronJob, Status, Trigger
 from tests.celery_app import app
 from tests.conftest import ROOT, marked, subprocess_env, wait_for
@@ -33,10 +34,10 @@ LEASE = {"CRON_TEST_LEASE_SECONDS": "3", "CRON_TEST_LOCK_TTL": "1.5"}
 def send(task: Any, broker: RedisServer, *, countdown: float | None = None) -> tuple[int, str]:
     """A PENDING execution and its message, with a Celery task id known up front."""
     job = task.job
-    execution_id, _ = claims.enqueue(job=job, job_id=runs.job_id(job), slot=SLOT, execution_date=SLOT.date(),
+    execution_id, _ = dispatch.enqueue(job=job, job_id=job_rows.job_id(job), slot=SLOT, execution_date=SLOT.date(),
                                      trigger=Trigger.ENQUEUE)
     task_id = str(uuid.uuid4())
-    claims.set_celery_task_id(execution_id, task_id)
+    dispatch.set_celery_task_id(execution_id, task_id)
     with app.connection_for_write(broker.url) as conn:
         app.send_task(job.task_name, task_id=task_id, countdown=countdown, connection=conn,
                       headers=tasks.headers(execution_id, SLOT, Trigger.ENQUEUE))

@@ -19,7 +19,8 @@ from django.conf import settings
 from django.db import connection
 from django.test import override_settings
 
-from cron_celery import claims, reconciler, registry, runs, tasks
+from cron_celery import dispatch, reconciler, registry, tasks
+from cron_celery import jobs as job_rows
 from cron_celery.models import CronExecution, Status, Trigger
 from tests.celery_app import app
 from tests.conftest import manage, marked, subprocess_env, wait_for
@@ -57,7 +58,7 @@ def settled(missing: list[str], what: str, **filters: object) -> None:
 def first_attempt_to_its_queue(code: str, slot: dt.datetime) -> None:
     """A PENDING execution and its message, sent with the queue and priority named here."""
     job = registry.get(code)
-    execution_id, _ = claims.enqueue(job=job, job_id=runs.job_id(job), slot=slot, execution_date=DAY,
+    execution_id, _ = dispatch.enqueue(job=job, job_id=job_rows.job_id(job), slot=slot, execution_date=DAY,
                                      trigger=Trigger.ENQUEUE)
     queue, priority = ROUTED[job.name]
     app.send_task(job.task_name, headers=tasks.headers(execution_id, slot, Trigger.ENQUEUE), queue=queue,
@@ -101,7 +102,8 @@ def test_every_path_sends_a_jobs_message_to_its_queue_with_its_priority(tmp_path
         # A stranded execution (its message never sent), re-sent by the reconciler.
         for code in ("Q001", "Q002"):
             job = registry.get(code)
-            claims.enqueue(job=job, job_id=runs.job_id(job), slot=at(3), execution_date=DAY, trigger=Trigger.ENQUEUE)
+            dispatch.enqueue(job=job, job_id=job_rows.job_id(job), slot=at(3), execution_date=DAY,
+                             trigger=Trigger.ENQUEUE)
         with connection.cursor() as cursor:
             cursor.execute(f"UPDATE {CronExecution._meta.db_table} SET created_at = now() - interval '10 minutes'"
                            " WHERE slot = %s", [at(3)])

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from cron_celery import runs
+from cron_celery import jobs as job_rows
 from cron_celery.models import CronExecution, CronJob, Status, Trigger
 from tests.conftest import ROOT, debian_tool, subprocess_env, wait_for
 from tests.faults.test_clock import FAKETIME, stop_group
@@ -69,7 +69,7 @@ def test_a_beat_whose_clock_is_off_dispatches_each_slot_when_the_database_says_i
     """A beat five minutes fast would send the next five minutes of slots at once, early (as
     catch-up); five minutes slow it would send nothing for five minutes, then the slots late.
     Both must dispatch each slot when the database's clock reaches it."""
-    job_id = runs.job_id(db_clock_tick.job)
+    job_id = job_rows.job_id(db_clock_tick.job)
     beat = start_beat(faketime, offset, tmp_path, {})
     try:
         # The beat's start-up sync clears the next slot of a job with no schedule in code: give

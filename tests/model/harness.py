@@ -22,7 +22,9 @@ from celery.exceptions import Retry, SoftTimeLimitExceeded
 from django.conf import settings
 from django.db import connection, transaction
 
-from cron_celery import TrackedTask, claims, models, reconciler, registry, runs, tasks
+from cron_celery import TrackedTask, models, reconciler, registry, repairs, runs, tasks
+from cron_celery import dispatch as cron_dispatch
+from cron_celery import jobs as cron_jobs
 from tests.celery_app import app
 from tests.conftest import wait_for
 from tests.model.reference import Spec
@@ -181,8 +183,8 @@ def reset(jobs: Jobs) -> None:
         cursor.execute(f"DELETE FROM {JOB}")
         cursor.execute(f"DELETE FROM {models.Lease._meta.db_table}")
     broker().delete(settings.CELERY_TASK_DEFAULT_QUEUE)
-    runs._job_ids.clear()
-    jobs.ids = {key: runs.job_id(job) for key, job in jobs.declared.items()}
+    cron_jobs._job_ids.clear()
+    jobs.ids = {key: cron_jobs.job_id(job) for key, job in jobs.declared.items()}
 
 
 # ---- the broker -------------------------------------------------------------------------------
@@ -303,20 +305,20 @@ def in_thread(target: Callable[[], Any]) -> Any:
 
 
 def dispatch(jobs: Jobs, key: str, expected: dt.datetime | None, next_run_at: dt.datetime,
-             run: list[dt.datetime], missed: list[dt.datetime]) -> tuple[bool, list[claims.ToPublish]]:
+             run: list[dt.datetime], missed: list[dt.datetime]) -> tuple[bool, list[cron_dispatch.ToPublish]]:
     """What the leading beat does for one due job: one ``dispatch_many`` statement, then the
     messages of the rows it inserted, and the alert for slots it recorded MISSED."""
     from cron_celery import outcomes
 
     job = jobs.declared[key]
-    decision = claims.Decision(job_id=jobs.ids[key], expected_next_run_at=expected, next_run_at=next_run_at,
+    decision = cron_dispatch.Decision(job_id=jobs.ids[key], expected_next_run_at=expected, next_run_at=next_run_at,
                                run=run, missed=missed, tz=job.tzinfo)
-    advanced, publish, missed_count = claims.dispatch_many([decision])
+    advanced, publish, missed_count = cron_dispatch.dispatch_many([decision])
     for item in publish:
         tasks.publish(app, job.task_name, tasks.headers(item.execution_id, item.slot, item.trigger),
                       task_id=item.celery_task_id)
     if missed_count:
-        outcomes.missed(claims.newest_missed([jobs.ids[key]]))
+        outcomes.missed(repairs.newest_missed([jobs.ids[key]]))
     return jobs.ids[key] in advanced, publish
 
 

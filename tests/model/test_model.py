@@ -36,7 +36,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from cron_celery import backfill, claims, models, runs, tasks
+from cron_celery import backfill, claims, dispatch, models, runs, tasks
 from tests.model import harness as h
 from tests.model.reference import CAPPED, CLAIM, DUPLICATE, FINAL, GIVE_UP, SKIP, WAITING, Exe, Model
 
@@ -219,7 +219,7 @@ class Protocol(RuleBasedStateMachine):
         next_run_at = h.slot(k + advance)
         if mode == "two-beats":
             barrier = threading.Barrier(2)
-            results: list[tuple[bool, list[claims.ToPublish]]] = []
+            results: list[tuple[bool, list[dispatch.ToPublish]]] = []
             beats = [self._start(lambda: h.dispatch(self.jobs, key, expected_next, next_run_at, run, missed),
                                  barrier) for _ in range(2)]
             for beat in beats:

@@ -11,7 +11,7 @@ import datetime as dt
 import pytest
 from django.db import connection
 
-from cron_celery import claims, outcomes, registry
+from cron_celery import claims, dispatch, executions, finishes, outcomes, registry, repairs
 from cron_celery.models import Alert, CronExecution, CronJob, Trigger
 from tests.conftest import expire_lease, make_job
 
@@ -22,8 +22,8 @@ SLOT = dt.datetime(2031, 3, 1, 1, 0, tzinfo=dt.UTC)
 
 def _live_runs(job_id: int) -> list[int]:
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT id FROM {claims.EXE} WHERE job_id = %s AND status = 'RUNNING' AND lease_until > now()",
-                       [job_id])
+        cursor.execute(f"SELECT id FROM {executions.EXE} WHERE job_id = %s AND status = 'RUNNING'"
+                       " AND lease_until > now()", [job_id])
         return [int(row[0]) for row in cursor.fetchall()]
 
 
@@ -56,15 +56,15 @@ def test_a_superseded_run_is_fenced_and_its_history_keeps_the_fence_it_ran_under
     assert second.claimed and second.fence is not None and second.fence > first.fence
     assert second.execution_id is not None
     assert not claims.heartbeat(first.execution_id, first.fence, 60)
-    assert not claims.finish(job_id=job_id, execution_id=first.execution_id, fence=first.fence,
+    assert not finishes.finish(job_id=job_id, execution_id=first.execution_id, fence=first.fence,
                              status="SUCCEEDED")
-    ended = claims.end_dead_attempts(job_id=job_id, status="LOST", error_code="LEASE_EXPIRED",
+    ended = repairs.end_dead_attempts(job_id=job_id, status="LOST", error_code="LEASE_EXPIRED",
                                      message="its worker stopped renewing the lease", execution_id=first.execution_id)
     assert ended is not None and ended.status == "LOST"
     row = CronExecution.objects.get(id=first.execution_id)
     assert [(entry["attempt"], entry["fence"], entry["status"]) for entry in row.attempts] == [
         (1, first.fence, "LOST")]
-    assert claims.finish(job_id=job_id, execution_id=second.execution_id, fence=second.fence, status="SUCCEEDED")
+    assert finishes.finish(job_id=job_id, execution_id=second.execution_id, fence=second.fence, status="SUCCEEDED")
 
 
 @pytest.mark.parametrize("retried", [False, True], ids=["running-expired", "retrying"])
@@ -82,7 +82,7 @@ def test_two_workers_delivering_an_attempted_execution_of_a_paused_job_give_it_u
     execution_id = first.execution_id
     expire_lease(execution_id)
     if retried:  # the reconciler's first step: a lost attempt, retried
-        ended = claims.end_dead_attempts(job_id=job_id, status="LOST", error_code="LEASE_EXPIRED",
+        ended = repairs.end_dead_attempts(job_id=job_id, status="LOST", error_code="LEASE_EXPIRED",
                                          message="lost", execution_id=execution_id)
         assert ended is not None and ended.status == "RETRYING" and ended.retry_count == 1
     CronJob.objects.filter(id=job_id).update(paused=True)
@@ -115,12 +115,12 @@ def test_a_missed_slot_after_a_run_started_is_a_new_outage_and_alerts_again() ->
 
 def _two_outages(job: registry.Job, job_id: int) -> None:
     def beat_back_late(missed: dt.datetime, run: dt.datetime, expected: dt.datetime | None) -> int:
-        decision = claims.Decision(job_id=job_id, expected_next_run_at=expected,
+        decision = dispatch.Decision(job_id=job_id, expected_next_run_at=expected,
                                    next_run_at=run + dt.timedelta(hours=1),
                                    run=[run], missed=[missed], tz=job.tzinfo)
-        advanced, publish, missed_count = claims.dispatch_many([decision])
+        advanced, publish, missed_count = dispatch.dispatch_many([decision])
         assert job_id in advanced and len(publish) == 1 and missed_count == 1
-        outcomes.missed(claims.newest_missed([job_id]))
+        outcomes.missed(repairs.newest_missed([job_id]))
         return publish[0].execution_id
 
     hour = dt.timedelta(hours=1)

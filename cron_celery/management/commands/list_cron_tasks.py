@@ -7,7 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand
 from django.utils import timezone
 
-from cron_celery import models, registry
+from cron_celery import enums, models, registry
 
 
 class Command(BaseCommand):
@@ -21,7 +21,7 @@ class Command(BaseCommand):
         last: dict[str, models.CronExecution] = {}
         for found in (
             models.CronExecution.objects.filter(task_name__in=[job.name for job in jobs])
-            .exclude(status=models.Status.SKIPPED)
+            .exclude(status=enums.Status.SKIPPED)
             .order_by("task_name", "-created_at", "-id")
             .distinct("task_name")
         ):

@@ -7,12 +7,12 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from cron_celery import exceptions, models, registry, runs, schedule_sync, schedules, tasks
+from cron_celery import enums, exceptions, registry, runs, schedule_sync, schedules, tasks
 
 #: Exit codes: 0 ran (or the slot was already done), 1 failed or bad input, 2 refused.
 EXIT_OK, EXIT_FAILED, EXIT_REFUSED = 0, 1, 2
-REFUSED = {models.SkipReason.ALREADY_RUNNING, models.SkipReason.OVERLAP,
-           models.SkipReason.PAUSED, models.SkipReason.LOCK_UNAVAILABLE}
+REFUSED = {enums.SkipReason.ALREADY_RUNNING, enums.SkipReason.OVERLAP,
+           enums.SkipReason.PAUSED, enums.SkipReason.LOCK_UNAVAILABLE}
 
 
 class Command(BaseCommand):
@@ -51,7 +51,7 @@ class Command(BaseCommand):
         task = current_app.tasks.get(job.task_name)
         if task is None:
             raise self.fail(f"Job {job.name!r} has no Celery task {job.task_name!r}.")
-        trigger = models.Trigger.MANUAL
+        trigger = enums.Trigger.MANUAL
         outcome = runs.execute(
             job, slot, lambda run: runs.call_job(task.run, run), trigger=trigger,
             force=options["force"], rerun=options["rerun"],
@@ -60,12 +60,12 @@ class Command(BaseCommand):
             tasks.send_waiting(current_app, job)
         label = f"{job.name} {schedules.iso(slot)}"
         where = f"(execution {outcome.execution_id}, run #{outcome.run_number})"
-        if outcome.status == models.Status.SUCCEEDED:
+        if outcome.status == enums.Status.SUCCEEDED:
             self.stdout.write(self.style.SUCCESS(
                 f"{label} succeeded {where}: {outcome.message.splitlines()[0] if outcome.message else 'ok'}"
             ))
             return
-        if outcome.status == models.Status.SKIPPED:
+        if outcome.status == enums.Status.SKIPPED:
             text = f"{label} {outcome.message} {where}"
             if outcome.skip_reason in REFUSED:
                 raise self.fail(text, EXIT_REFUSED)
@@ -76,7 +76,7 @@ class Command(BaseCommand):
 
     def _enqueue(self, job: registry.Job, slot: dt.datetime, *, force: bool, rerun: bool) -> None:
         try:
-            sent = tasks.send_run(job, slot, models.Trigger.ENQUEUE, force=force, rerun=rerun)
+            sent = tasks.send_run(job, slot, enums.Trigger.ENQUEUE, force=force, rerun=rerun)
         except exceptions.PublishFailed as exc:
             raise self.fail(f"{job.name} {schedules.iso(slot)} {exc}") from None
         self.stdout.write(self.style.SUCCESS(

@@ -1,0 +1,255 @@
+"""The beat's dispatch: which jobs are due, and recording their slots once, however many
+schedulers decide; and the PENDING executions a person enqueues.
+
+``dispatch_many`` is one statement for a whole batch of due jobs; its advance of each job's
+``next_run_at`` is conditional on what the scheduler read, so a second beat changes nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import uuid
+from typing import Any
+
+from django.db import connection, transaction
+
+from cron_celery import enums, executions, registry
+
+S = enums.Status
+JOB = executions.JOB
+EXE = executions.EXE
+
+
+def enqueue(
+    *,
+    job: registry.Job,
+    job_id: int,
+    slot: dt.datetime,
+    execution_date: dt.date,
+    trigger: str,
+    forced: bool = False,
+    force: bool = False,
+) -> tuple[int, int]:
+    """Insert a PENDING execution for a message about to be published; (id, run_number).
+
+    ``forced``: past the slot check (``--rerun``/``--force``); ``force``: also past a pause
+    (``--force``). Both are kept on the row, so every later send of it keeps them."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(f"SELECT 1 FROM {JOB} WHERE id = %s FOR UPDATE", [job_id])
+        inserted = executions.insert(cursor, job, job_id, slot, execution_date, trigger, status=S.PENDING,
+                           forced=forced or force)
+        if force:
+            cursor.execute(f"UPDATE {EXE} SET force = true WHERE id = %s", [inserted[0]])
+        return inserted
+
+
+def abandon(execution_id: int, message: str) -> None:
+    """Close a PENDING execution whose message could not be published (status FAILED)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            UPDATE {EXE} SET status = 'FAILED', completed = true, success = false,
+                ended = now(), error_code = 'PUBLISH_FAILED', message = %s
+            WHERE id = %s AND status = 'PENDING'
+            """,
+            [message[:1000], execution_id],
+        )
+
+
+def set_celery_task_id(execution_id: int, celery_task_id: str) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {EXE} SET celery_task_id = %s WHERE id = %s AND celery_task_id = ''",
+            [celery_task_id, execution_id],
+        )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Decision:
+    """A scheduler's plan for one due job (see ``schedules.plan_catch_up``)."""
+
+    job_id: int
+    expected_next_run_at: dt.datetime | None  # what the scheduler read; the advance is conditional on it
+    next_run_at: dt.datetime
+    run: list[dt.datetime]  # PENDING rows (CATCH_UP for all but the newest)
+    missed: list[dt.datetime]  # MISSED rows
+    tz: dt.tzinfo  # for each slot's execution date
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ToPublish:
+    """A PENDING execution this scheduler inserted: send it, with this Celery task id."""
+
+    execution_id: int
+    job_id: int
+    slot: dt.datetime
+    trigger: str
+    celery_task_id: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Dispatched:
+    """What ``dispatch`` wrote for one job: the PENDING executions to publish now."""
+
+    advanced: bool  # False: another scheduler advanced the job first; nothing was written
+    to_publish: list[tuple[int, dt.datetime]]  # (execution id, slot) of rows this call inserted
+    missed: int = 0  # MISSED rows this call inserted
+    catch_up_ids: frozenset[int] = frozenset()  # those of ``to_publish`` that run late (CATCH_UP)
+
+
+def dispatch_many(
+    decisions: list[Decision], trigger: str = enums.Trigger.BEAT
+) -> tuple[set[int], list[ToPublish], int]:
+    """Record many jobs' decisions in one statement, once, however many schedulers decide.
+
+    Each job's ``next_run_at`` advances only if it still is what the scheduler read (a
+    second beat with the same view changes nothing, and a paused job nothing at all), and
+    only the jobs that advanced get rows: run 1 of each slot, PENDING (with a Celery task id
+    chosen here) or MISSED, with ``ON CONFLICT DO NOTHING``. Only the rows this call
+    inserted come back for publishing: a slot is dispatched once.
+
+    Returns (ids of the jobs advanced, the executions to publish, MISSED rows written).
+    """
+    if not decisions:
+        return set(), [], 0
+    slot_rows: list[tuple[int, dt.datetime, dt.date, str, str, str]] = []
+    for decision in decisions:
+        newest = max(decision.run) if decision.run else None
+        for slot in decision.run:
+            late = newest is not None and slot < newest
+            slot_rows.append((decision.job_id, slot, slot.astimezone(decision.tz).date(), S.PENDING,
+                              enums.Trigger.CATCH_UP if late else trigger, str(uuid.uuid4())))
+        for slot in decision.missed:
+            slot_rows.append((decision.job_id, slot, slot.astimezone(decision.tz).date(), S.MISSED, trigger, ""))
+    columns: list[list[Any]] = [list(column) for column in zip(*slot_rows, strict=True)] or [[] for _ in range(6)]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            WITH decided AS (
+                SELECT * FROM unnest(%s::bigint[], %s::timestamptz[], %s::timestamptz[])
+                    AS d(job_id, expected, next_run_at)
+            ), advanced AS (
+                UPDATE {JOB} AS job SET next_run_at = d.next_run_at
+                FROM decided AS d
+                WHERE job.id = d.job_id AND NOT job.paused
+                  AND job.next_run_at IS NOT DISTINCT FROM d.expected
+                RETURNING job.id, job.code, job.name
+            ), slots AS (
+                SELECT * FROM unnest(%s::bigint[], %s::timestamptz[], %s::date[], %s::text[], %s::text[],
+                                     %s::text[])
+                    AS s(job_id, slot, execution_date, status, trigger, celery_task_id)
+            ), inserted AS (
+                INSERT INTO {EXE} ({executions.INSERT_COLUMNS})
+                SELECT s.job_id, a.code, a.name, s.slot, s.execution_date, 1, s.status, s.trigger, '',
+                       false, now(), NULL, CASE WHEN s.status = %s THEN now() END, s.status = %s, NULL,
+                       CASE WHEN s.status = %s THEN %s ELSE '' END, '', '', 0, s.celery_task_id, '',
+                       NULL, NULL, NULL, '[]'::jsonb
+                FROM slots AS s JOIN advanced AS a ON a.id = s.job_id
+                ORDER BY s.job_id, s.slot
+                ON CONFLICT (job_id, slot, run_number) DO NOTHING
+                RETURNING id, job_id, slot, status, trigger, celery_task_id
+            )
+            SELECT 'job', id, NULL, NULL, NULL, NULL FROM advanced
+            UNION ALL
+            SELECT 'exe', id, job_id, slot, status || ':' || trigger, celery_task_id FROM inserted
+            """,
+            [[d.job_id for d in decisions], [d.expected_next_run_at for d in decisions],
+             [d.next_run_at for d in decisions], *columns,
+             S.MISSED, S.MISSED, S.MISSED, "Missed: the scheduler did not dispatch this slot in time."],
+        )
+        rows = cursor.fetchall()
+    advanced = {int(row[1]) for row in rows if row[0] == "job"}
+    publish: list[ToPublish] = []
+    missed = 0
+    for kind, execution_id, job_id, slot, state, celery_task_id in rows:
+        if kind != "exe":
+            continue
+        status, _, row_trigger = state.partition(":")
+        if status == S.MISSED:
+            missed += 1
+            continue
+        publish.append(ToPublish(execution_id=int(execution_id), job_id=int(job_id), slot=slot,
+                                 trigger=row_trigger, celery_task_id=celery_task_id))
+    publish.sort(key=lambda item: (item.slot, item.job_id))
+    return advanced, publish, missed
+
+
+def dispatch(
+    *,
+    job: registry.Job,
+    job_id: int,
+    expected_next_run_at: dt.datetime | None,
+    next_run_at: dt.datetime,
+    run: list[dt.datetime],
+    missed: list[dt.datetime],
+    trigger: str = enums.Trigger.BEAT,
+) -> Dispatched:
+    """``dispatch_many`` for one job."""
+    decision = Decision(job_id=job_id, expected_next_run_at=expected_next_run_at, next_run_at=next_run_at,
+                        run=run, missed=missed, tz=job.tzinfo)
+    advanced, publish, missed_count = dispatch_many([decision], trigger)
+    return Dispatched(
+        advanced=job_id in advanced,
+        to_publish=[(item.execution_id, item.slot) for item in publish],
+        missed=missed_count,
+        catch_up_ids=frozenset(item.execution_id for item in publish if item.trigger == enums.Trigger.CATCH_UP),
+    )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DueJob:
+    """A job whose next slot has come, with what the scheduler needs to plan it."""
+
+    job_id: int
+    next_run_at: dt.datetime
+    task: str
+    name: str
+    schedule: str
+    timezone: str  # the schedule's: what its cron is read in
+    catch_up: str
+    job_timezone: str  # the job's: what its slots' execution dates are read in
+
+
+def due_jobs(now: dt.datetime, limit: int = 1000, among: list[int] | None = None,
+             skip_catch_up: str | None = None) -> list[DueJob]:
+    """Unpaused jobs whose next slot is due, oldest first, through the index on
+    ``next_run_at``; ``among`` limits it to some job ids, ``skip_catch_up`` leaves out the
+    jobs with that catch-up policy."""
+    only = "" if among is None else "AND id = ANY(%s)"
+    if skip_catch_up is not None:
+        only += f" AND catch_up <> '{enums.CatchUp(skip_catch_up).value}'"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            SELECT id, next_run_at, task, name, schedule, coalesce(nullif(schedule_timezone, ''), timezone),
+                   catch_up, timezone
+            FROM {JOB}
+            WHERE next_run_at <= %s AND NOT paused {only}
+            ORDER BY next_run_at LIMIT %s
+            """,
+            [now, limit] if among is None else [now, among, limit],
+        )
+        return [DueJob(job_id=int(row[0]), next_run_at=row[1], task=row[2], name=row[3], schedule=row[4],
+                       timezone=row[5], catch_up=row[6], job_timezone=row[7]) for row in cursor.fetchall()]
+
+
+def next_due() -> tuple[dt.datetime | None, bool, dt.datetime]:
+    """The idle tick's one query: the earliest ``next_run_at`` of an unpaused job, whether
+    any schedule was edited, and the database's clock (what "is it due" is decided by, so a
+    beat whose own clock is off dispatches nothing early or late). Both lookups use an index
+    (``next_run_at``, and the partial index of edited jobs: written as a scalar subquery, not
+    ``EXISTS``, because only this form lets the planner use it — ``EXISTS`` scans the whole table)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            SELECT (SELECT next_run_at FROM {JOB} WHERE next_run_at IS NOT NULL AND NOT paused
+                    ORDER BY next_run_at LIMIT 1),
+                   (SELECT id FROM {JOB} WHERE schedule_version <> schedule_seen ORDER BY id LIMIT 1) IS NOT NULL,
+                   clock_timestamp()
+            """
+        )
+        row = cursor.fetchone()
+    assert row is not None
+    return row[0], bool(row[1]), row[2]
+
