@@ -6,8 +6,9 @@ Seeds its own database (``cron_celery_history``) with ``--jobs`` jobs and ``--ro
 finished executions (kept between runs when the counts match), then, as a logged-in staff
 user through Django's test client, requests each page ``--repeat`` times and reports the
 number of SQL queries, the median time, and whether PostgreSQL's plan for each query reads
-the execution table with a sequential scan. Last, it purges 200,000 old rows in batches of
-1,000 and reports rows per second.
+the execution table with a sequential scan. Then it purges 200,000 old rows in batches of
+1,000 and reports rows per second. Last, it times the metrics scrape again at each history
+size of ``--scrape-rows`` (default one and ten million executions, seeded in turn).
 """
 
 from __future__ import annotations
@@ -169,8 +170,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--jobs", type=int, default=1_000)
     parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--scrape-rows", default="1000000,10000000",
+                        help="history sizes at which the metrics scrape is timed again (comma-separated)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
+    try:
+        scrape_rows = [int(part.replace("_", "")) for part in args.scrape_rows.split(",") if part.strip()]
+    except ValueError:
+        parser.error(f"--scrape-rows takes sizes such as 1000000,10000000, not {args.scrape_rows!r}")
     if args.jobs < 1 or args.rows < args.jobs or args.repeat < 1:
         parser.error("--jobs and --repeat must be at least 1, and --rows at least --jobs")
     started_at = dt.datetime.now(dt.UTC)
@@ -206,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         ("status endpoint (limit 100)", "/cron/status/", token),
         ("status endpoint, one job", f"/cron/status/?job=job-{middle:04d}", token),
         ("health endpoint", "/cron/health/", token),
+        ("metrics endpoint (a Prometheus scrape)", "/cron/metrics/", token),
     ]
     results = []
     with override_settings(ALLOWED_HOSTS=["testserver"]):
@@ -220,12 +228,21 @@ def main(argv: list[str] | None = None) -> int:
     purge = purge_throughput()
     log(f"purge: {purge['rows']:,} rows in {purge['batches']} batches, {purge['seconds']} s, "
         f"{purge['rows_per_second']:,} rows/s (target 50,000)")
+    scrapes = []
+    with override_settings(ALLOWED_HOSTS=["testserver"]):
+        for rows in scrape_rows:  # the scrape again as the history grows: it must stay flat
+            seed(args.jobs, max(rows, args.jobs))
+            figures = {"rows": rows, **measure(client, "/cron/metrics/", args.repeat, token)}
+            scrapes.append(figures)
+            log(f"metrics scrape at {rows:>12,} executions: {figures['queries']} queries, median "
+                f"{figures['median_ms']:.2f} ms, p90 {figures['p90_ms']:.2f} ms, seq scans {len(figures['seq_scans'])}")
     header = {"date": started_at.strftime("%Y-%m-%d %H:%M UTC"), "rows": args.rows, "jobs": args.jobs,
               "repeat": args.repeat, "purge_rows": PURGE_ROWS, "max_queries": MAX_QUERIES, "max_ms": MAX_MS,
               "cpus": os.cpu_count(), "loadavg": loadavg, **versions()}
     write_results("history", started_at, {"settings": header, "started_at": started_at, "rows": args.rows,
                                           "jobs": args.jobs, "repeat": args.repeat, "pages": results,
-                                          "purge": purge, "cpus": os.cpu_count()}, args.json)
+                                          "purge": purge, "scrapes": scrapes, "cpus": os.cpu_count()},
+                  args.json)
     return 0
 
 

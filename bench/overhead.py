@@ -255,10 +255,10 @@ def count_statements(runs: int) -> dict[str, Any]:
 
     from bench import tasks
     from bench.celery_app import app
-    from cron_celery import runs as cron_runs
+    from cron_celery import jobs as cron_jobs
 
     clean_tables()
-    cron_runs._job_ids.clear()  # the job's row was just truncated: the first run creates it
+    cron_jobs._job_ids.clear()  # the job's row was just truncated: the first run creates it
     per_run: list[SqlCount] = []
     with counting_sql() as count:
         for i in range(runs):
@@ -293,7 +293,7 @@ def count_statements(runs: int) -> dict[str, Any]:
         "kinds_per_task": dict(writes[-1].kinds),
     }
     clean_tables()
-    cron_runs._job_ids.clear()
+    cron_jobs._job_ids.clear()
     return {"tracked": tracked, "results": results, "commit_cost": time_commits(max(runs, 1000))}
 
 
@@ -306,7 +306,7 @@ def time_commits(runs: int) -> dict[str, float]:
 
     from bench import tasks
     from bench.celery_app import app
-    from cron_celery import runs as cron_runs
+    from cron_celery import jobs as cron_jobs
 
     backend = DatabaseBackend(app=app)
     slots = itertools.count(100_000)
@@ -337,7 +337,7 @@ def time_commits(runs: int) -> dict[str, float]:
         with connection.cursor() as cursor:
             cursor.execute("RESET synchronous_commit")
         clean_tables()
-        cron_runs._job_ids.clear()
+        cron_jobs._job_ids.clear()
     return figures
 
 

@@ -51,7 +51,8 @@ BENCHMARKS = (
               ("--n", "500", "--repeat", "2", "--also-without-reuse")),
     Benchmark("locks", "bench/locks.py", (), ("--iterations", "500", "--warmup", "50", "--repeat", "3")),
     Benchmark("beat_scale", "bench/beat_scale.py", (), ("--sizes", "1000", "--burst-cap", "30")),
-    Benchmark("history", "bench/history.py", (), ("--rows", "20000", "--jobs", "50", "--repeat", "3")),
+    Benchmark("history", "bench/history.py", (), ("--rows", "20000", "--jobs", "50", "--repeat", "3",
+                                                 "--scrape-rows", "20000,40000")),
 )
 NAMES = tuple(benchmark.name for benchmark in BENCHMARKS)
 

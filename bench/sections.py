@@ -617,6 +617,7 @@ def history_section(results: Results) -> list[str]:
         f"batches, {purge['seconds']:g} s), {fmt_ratio(figures['purge_x_target'])} {TIMES} the target of "
         f"{HISTORY_TARGETS['purge_rows_per_second']:,} rows/s.",
         "",
+        *scrape_lines(data.get("scrapes") or []),
         measured(results, "history", settings["date"]),
         "",
         "### How the pages stay fast",
@@ -626,6 +627,27 @@ def history_section(results: Results) -> list[str]:
         "reads each job's week in one pass. What remains is the dashboard's 7-day median per job (a",
         "`percentile_cont` for each job on the page) and, on the job-filtered history, rendering the",
         "sidebar that links every job.",
+        "",
+    ]
+
+
+def scrape_lines(scrapes: list[dict[str, Any]]) -> list[str]:
+    """The metrics scrape at each history size, and how its time grew from the smallest."""
+    if not scrapes:
+        return []
+    first = float(scrapes[0]["median_ms"]) or 1.0
+    rows = [[f"{int(item['rows']):,}", str(item["queries"]), fmt_ms(item["median_ms"]), fmt_ms(item["p90_ms"]),
+             fmt_ratio(float(item["median_ms"]) / first), str(len(item["seq_scans"]))] for item in scrapes]
+    return [
+        "### The metrics scrape as history grows",
+        "",
+        "The same scrape of `/cron/metrics/` again, with the history seeded to each size in turn (the",
+        "same 1,000 jobs). Its counters and histogram come from per-job tallies kept as executions end,",
+        "and the open executions are read job by job through the `(job, status)` index, so its cost",
+        "follows the number of jobs, not of executions:",
+        "",
+        *table(["executions", "queries", "median", "p90", f"median {TIMES} the first", "sequential scans"],
+               rows, "rrrrrr"),
         "",
     ]
 

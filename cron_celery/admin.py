@@ -194,18 +194,27 @@ class CronJobAdmin(ReadOnly):
                 try:
                     planned = backfill.plan(declared, form.cleaned_data["start"], form.cleaned_data["end"],
                                             force=form.cleaned_data["force"])
-                    sent = backfill.send(declared, planned)
+                    started = backfill.start(declared, planned)
                 except exceptions.CronCeleryError as error:
                     self.message_user(request, f"{job.name}: {error}", messages.ERROR)
                     continue
-                skipped = f"; {len(planned.done)} already ran" if planned.done else ""
-                self.message_user(request, f"{job.name}: {len(sent)} slots sent{skipped}.", messages.SUCCESS)
+                self.message_user(request, _backfill_said(job, started, len(planned.done)), messages.SUCCESS)
             return None
         return TemplateResponse(request, "admin/cron_celery/backfill.html", {
             **self.admin_site.each_context(request), "title": "Backfill", "form": form, "jobs": queryset,
             "action": "backfill_range", "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
             "opts": self.model._meta,
         })
+
+
+def _backfill_said(job: models.CronJob, started: backfill.Started, done: int) -> SafeString:
+    """How far a backfill got, with a link to its executions in the history."""
+    history = (reverse("admin:cron_celery_cronexecution_changelist")
+               + f"?job={job.id}&trigger__exact={enums.Trigger.BACKFILL.value}")
+    later = f", {started.handed_over} being sent by a worker" if started.handed_over else ""
+    skipped = f"; {done} already ran" if done else ""
+    return format_html('{}: {} slots recorded, {} sent now{}{}. <a href="{}">Follow them in the history</a>.',
+                       job.name, started.recorded, started.sent, later, skipped, history)
 
 
 class EstimatedCountPaginator(Paginator):  # type: ignore[type-arg]

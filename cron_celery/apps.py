@@ -9,7 +9,17 @@ class CronCeleryConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from cron_celery import alerts, checks, events, reconciler, registry, sentry, shutdown, signals
+        from cron_celery import (
+            alerts,
+            backfill,  # noqa: F401 - declares its task (cron_celery.publish_backfill)
+            checks,
+            events,
+            reconciler,
+            registry,
+            sentry,
+            shutdown,
+            signals,
+        )
 
         # The listeners of a run's start and end, in the order they hear of it.
         for listener in (alerts.OUTBOX, signals.SIGNALS, sentry.CRONS):

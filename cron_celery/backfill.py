@@ -2,19 +2,33 @@
 
 The slots come from the schedule in effect (the admin may have edited it), between two
 local dates of the job's timezone, inclusive. Slots that already succeeded, or are queued
-or running, are left out unless forced. Each slot is sent through ``tasks.send_run`` with
-trigger BACKFILL, as a deliberate re-run of that slot (the slot check is not applied again).
+or running, are left out unless forced. Every slot is first recorded, PENDING with trigger
+BACKFILL, as a deliberate re-run of that slot (the slot check is not applied again), all in
+one statement; then their messages are published. Nothing is lost when publishing stops
+half way (the broker refuses, the process dies): the reconciler sends a PENDING execution
+again once ``PENDING_GRACE`` has passed.
+
+The command publishes every slot itself. The admin's form publishes the first ``IN_REQUEST``
+and hands the rest to a worker in one message (``publish_backfill``), so a large backfill
+never holds an HTTP request for long; the page says how many were recorded and sent, and
+the history shows each one as it runs.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import logging
 
-from cron_celery import enums, exceptions, models, registry, schedule_sync, schedules, tasks
+from celery import current_app, shared_task
 
+from cron_celery import dispatch, enums, exceptions, jobs, models, registry, schedule_sync, schedules, tasks
+
+logger = logging.getLogger(__name__)
 #: Most slots one backfill sends unless told otherwise.
 LIMIT = 1000
+#: Slots the admin's form publishes within its request; a worker publishes the rest.
+IN_REQUEST = 20
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -49,13 +63,68 @@ def plan(job: registry.Job, start: str | dt.date, end: str | dt.date, *, force: 
     return Plan(slots=[slot for slot in slots if slot not in taken], done=sorted(taken))
 
 
-def send(job: registry.Job, planned: Plan) -> list[tasks.Sent]:
-    """Send each planned slot; a failure stops the backfill and says how far it got."""
-    sent: list[tasks.Sent] = []
-    for slot in planned.slots:
+def record(job: registry.Job, planned: Plan) -> list[dispatch.ToPublish]:
+    """Record every planned slot PENDING (trigger BACKFILL, forced), in one statement."""
+    return dispatch.enqueue_many(job=job, job_id=jobs.job_id(job), slots=planned.slots,
+                                 trigger=enums.Trigger.BACKFILL, forced=True)
+
+
+def publish(job: registry.Job, rows: list[dispatch.ToPublish], total: int | None = None) -> int:
+    """Publish these recorded slots in order; returns how many. A refusal stops it and says how far
+    it got (the rest stay PENDING: the reconciler sends them once the broker answers)."""
+    for done, row in enumerate(rows):
         try:
-            sent.append(tasks.send_run(job, slot, enums.Trigger.BACKFILL, rerun=True))
-        except exceptions.CronCeleryError as error:
-            raise exceptions.BackfillInterrupted(str(error), sent=len(sent), total=len(planned.slots),
-                                                 slot=schedules.iso(slot)) from error
-    return sent
+            tasks.send(current_app, job.task_name, execution_id=row.execution_id, slot=row.slot,
+                       trigger=row.trigger, celery_task_id=row.celery_task_id, rerun=True)
+        except Exception as error:
+            raise exceptions.BackfillInterrupted(
+                f"({type(error).__name__}: {error})", sent=done, total=total or len(rows),
+                slot=schedules.iso(row.slot)) from error
+    return len(rows)
+
+
+def send(job: registry.Job, planned: Plan) -> list[dispatch.ToPublish]:
+    """Record the planned slots, then publish them all (the command)."""
+    rows = record(job, planned)
+    publish(job, rows)
+    return rows
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Started:
+    """What the admin's form did: slots recorded, published now, and handed to a worker."""
+
+    recorded: int
+    sent: int
+    handed_over: int
+
+
+def start(job: registry.Job, planned: Plan) -> Started:
+    """Record the planned slots, publish the first ``IN_REQUEST``, and hand the rest to a worker
+    in one message (the admin's form). If that message cannot be sent either, the reconciler
+    sends the rest after ``PENDING_GRACE``: ``BackfillInterrupted`` says so."""
+    rows = record(job, planned)
+    now, later = rows[:IN_REQUEST], rows[IN_REQUEST:]
+    sent = publish(job, now, total=len(rows))
+    if later:
+        try:
+            publish_backfill.apply_async((job.code, [row.execution_id for row in later]), ignore_result=True)
+        except Exception as error:
+            raise exceptions.BackfillInterrupted(
+                f"({type(error).__name__}: {error})", sent=sent, total=len(rows),
+                slot=schedules.iso(later[0].slot)) from error
+    return Started(recorded=len(rows), sent=sent, handed_over=len(later))
+
+
+@shared_task(name="cron_celery.publish_backfill", ignore_result=True)
+def publish_backfill(code: str, execution_ids: list[int]) -> int:
+    """Publish the recorded slots of a backfill that still wait for their message, oldest first.
+    Sent again (a redelivery) it publishes only those still waiting; a duplicate message is
+    harmless, since the claim runs an execution once."""
+    job = registry.get(code)
+    rows = dispatch.pending(execution_ids)
+    try:
+        return publish(job, rows)
+    except exceptions.BackfillInterrupted as stopped:
+        logger.warning("%s; the reconciler sends the rest", stopped)
+        return 0

@@ -317,9 +317,10 @@ def check_operations(app_configs: Any = None, **kwargs: Any) -> list[checks.Chec
             value = health.get(key)
             if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
                 error(f"CRON_CELERY['HEALTH'][{key!r}] must be a number of seconds above 0, not {value!r}.")
-    days = values.RETENTION_DAYS
-    if days is not None and (not isinstance(days, int) or isinstance(days, bool) or days < 1):
-        error(f"CRON_CELERY['RETENTION_DAYS'] must be a whole number of days (1 or more) or None, not {days!r}.")
+    for key in ("RETENTION_DAYS", "ALERT_RETENTION_DAYS"):
+        days = getattr(values, key)
+        if days is not None and (not isinstance(days, int) or isinstance(days, bool) or days < 1):
+            error(f"CRON_CELERY[{key!r}] must be a whole number of days (1 or more) or None, not {days!r}.")
     from cron_celery import retention
 
     try:

@@ -86,6 +86,9 @@ class Settings:
     RETENTION_DAYS: int | None = None
     #: Which statuses the retention job deletes (never PENDING, RUNNING or RETRYING).
     RETENTION_STATUSES: tuple[str, ...] = ("SUCCEEDED", "SKIPPED")
+    #: Days an alert row is kept once it is settled (sent, or given up); ``None`` = keep all.
+    #: The reconciler deletes older ones once an hour, whatever ``RETENTION_DAYS`` says.
+    ALERT_RETENTION_DAYS: int | None = 90
 
 
 FIELDS = {field.name: field for field in dataclasses.fields(Settings)}

@@ -44,6 +44,53 @@ def enqueue(
         return inserted
 
 
+def enqueue_many(*, job: registry.Job, job_id: int, slots: list[dt.datetime], trigger: str,
+                 forced: bool = False) -> list[ToPublish]:
+    """Insert a PENDING execution for each slot (the slot's next run number), each with a Celery
+    task id chosen here, in one statement under the job's lock; they are to be published by
+    whoever asked (a backfill). Rows that are never published are the reconciler's: it sends a
+    PENDING execution again once ``PENDING_GRACE`` has passed."""
+    if not slots:
+        return []
+    task_ids = [str(uuid.uuid4()) for _ in slots]
+    dates = [slot.astimezone(job.tzinfo).date() for slot in slots]
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(f"SELECT 1 FROM {JOB} WHERE id = %s FOR UPDATE", [job_id])
+        cursor.execute(
+            f"""
+            INSERT INTO {EXE} ({executions.INSERT_COLUMNS})
+            SELECT %(job)s, %(code)s, %(name)s, s.slot, s.execution_date,
+                   coalesce((SELECT max(run_number) FROM {EXE} WHERE job_id = %(job)s AND slot = s.slot), 0) + 1,
+                   'PENDING', %(trigger)s, '', %(forced)s, now(), NULL, NULL, false, NULL, '', '', '', 0,
+                   s.celery_task_id, '', NULL, NULL, NULL, '[]'::jsonb
+            FROM unnest(%(slots)s::timestamptz[], %(dates)s::date[], %(ids)s::text[])
+                AS s(slot, execution_date, celery_task_id)
+            ORDER BY s.slot
+            RETURNING id, slot, celery_task_id
+            """,
+            {"job": job_id, "code": job.code, "name": job.name, "trigger": trigger, "forced": forced,
+             "slots": slots, "dates": dates, "ids": task_ids},
+        )
+        rows = cursor.fetchall()
+    return sorted((ToPublish(execution_id=int(row[0]), job_id=job_id, slot=row[1], trigger=trigger,
+                             celery_task_id=str(row[2])) for row in rows), key=lambda item: item.slot)
+
+
+def pending(execution_ids: list[int]) -> list[ToPublish]:
+    """Those of these executions that still wait to be published (PENDING, never started), oldest
+    slot first."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            SELECT id, job_id, slot, trigger, celery_task_id FROM {EXE}
+            WHERE id = ANY(%s) AND status = 'PENDING' AND started IS NULL ORDER BY slot, id
+            """,
+            [execution_ids],
+        )
+        return [ToPublish(execution_id=int(row[0]), job_id=int(row[1]), slot=row[2], trigger=str(row[3]),
+                          celery_task_id=str(row[4])) for row in cursor.fetchall()]
+
+
 def abandon(execution_id: int, message: str) -> None:
     """Close a PENDING execution whose message could not be published (status FAILED)."""
     with connection.cursor() as cursor:

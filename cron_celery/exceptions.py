@@ -83,8 +83,8 @@ class UnknownChannel(CronCeleryError):
 
 
 class BackfillInterrupted(CronCeleryError):
-    """The backfill stopped after sending {sent} of {total} slots (the first not sent: {slot}); run it
-    again to send the rest (slots already sent are skipped unless --force):"""
+    """The backfill sent {sent} of {total} slots and stopped at {slot}: every slot is recorded, and the
+    reconciler sends those not sent yet once the broker answers (after PENDING_GRACE):"""
 
 
 class PublishFailed(CronCeleryError):

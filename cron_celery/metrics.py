@@ -1,7 +1,11 @@
 """Prometheus metrics, read from the database at each scrape (any web process can serve
 them; nothing is kept in the workers' memory). Needs ``prometheus-client`` (the
-``metrics`` extra). Counters are derived from the execution table, so purging old rows
-lowers them: Prometheus treats that as a counter reset.
+``metrics`` extra).
+
+A scrape costs the same at a thousand executions or ten million: the counters and the
+duration histogram come from ``Tally`` (one row per job, final status and duration bucket,
+kept by a trigger as executions end), the open executions from the ``(job, status)`` index,
+job by job, and the rest from the job rows. Purging history does not lower the counters.
 """
 
 from __future__ import annotations
@@ -19,15 +23,22 @@ from cron_celery import conf, enums, models
 
 JOB = models.CronJob._meta.db_table
 EXE = models.CronExecution._meta.db_table
+TALLY = models.Tally._meta.db_table
 BEAT = models.BeatHeartbeat._meta.db_table
-#: Upper bounds (seconds) of the duration histogram's buckets.
+#: Upper bounds (seconds) of the duration histogram's buckets (the trigger of migration 0012
+#: has the same; ``tests/test_endpoints.py`` checks they agree).
 BUCKETS = (0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
+#: Statuses an execution leaves again: shown as a gauge, not counted.
+OPEN = (enums.Status.PENDING, enums.Status.RUNNING, enums.Status.RETRYING)
 
 
 class DatabaseCollector(Collector):
     def collect(self) -> Iterator[Any]:
         late = float(conf.settings.HEALTH["OVERDUE_SECONDS"])
-        executions = CounterMetricFamily("cron_executions", "Executions by job and status", labels=["job", "status"])
+        executions = CounterMetricFamily("cron_executions", "Executions that ended, by job and final status",
+                                         labels=["job", "status"])
+        open_now = GaugeMetricFamily("cron_executions_open", "Executions pending, running or retrying now",
+                                     labels=["job", "status"])
         lost = CounterMetricFamily("cron_lost", "Executions that ended LOST", labels=["job"])
         fenced = CounterMetricFamily("cron_fenced", "Outcomes not recorded: the run had been taken over",
                                      labels=["job"])
@@ -41,55 +52,56 @@ class DatabaseCollector(Collector):
         with connection.cursor() as cursor:
             cursor.execute(
                 f"""
-                SELECT name, fenced_count, extract(epoch FROM last_success_at), consecutive_failures,
+                SELECT id, name, fenced_count, extract(epoch FROM last_success_at), consecutive_failures,
                        (NOT paused AND next_run_at < now() - make_interval(secs => %s))
                 FROM {JOB} ORDER BY name
                 """,
                 [late],
             )
-            for name, fenced_count, success_at, in_a_row, late_now in cursor.fetchall():
-                fenced.add_metric([name], fenced_count)
-                if success_at is not None:
-                    last_success.add_metric([name], float(success_at))
-                overdue.add_metric([name], 1.0 if late_now else 0.0)
-                failures.add_metric([name], in_a_row)
-            cursor.execute(f"SELECT job_id, status, count(*) FROM {EXE} GROUP BY job_id, status")
-            counts = cursor.fetchall()
+            jobs = cursor.fetchall()
+            cursor.execute(f"SELECT job_id, status, bucket, count, seconds FROM {TALLY}")
+            tallies = cursor.fetchall()
+            # Job by job through the (job, status) index: the few open executions, not the history.
             cursor.execute(
                 f"""
-                SELECT job_id, (SELECT count(*) FROM unnest(%s::float8[]) AS bound
-                                WHERE bound < extract(epoch FROM ended - started)),
-                       count(*), sum(extract(epoch FROM ended - started))
-                FROM {EXE} WHERE started IS NOT NULL AND ended IS NOT NULL GROUP BY 1, 2
+                SELECT j.id, o.status, o.n FROM {JOB} AS j CROSS JOIN LATERAL (
+                    SELECT status, count(*) AS n FROM {EXE} WHERE job_id = j.id AND status = ANY(%s)
+                    GROUP BY status) AS o
                 """,
-                [list(BUCKETS)],
+                [list(OPEN)],
             )
-            spans = cursor.fetchall()
-            cursor.execute(f"SELECT id, name FROM {JOB}")
-            names = dict(cursor.fetchall())
+            opened = cursor.fetchall()
             cursor.execute(f'SELECT extract(epoch FROM now() - max(seen_at)) FROM {BEAT} WHERE "leading"')
             beat_age = cursor.fetchone()[0]
-        lost_by_job: dict[str, float] = {}
-        for job_id, status, count in counts:
-            name = names.get(job_id, str(job_id))
-            executions.add_metric([name, status], count)
-            if status == enums.Status.LOST:
-                lost_by_job[name] = count
-        for name in names.values():
-            lost.add_metric([name], lost_by_job.get(name, 0))
+        names = {job_id: name for job_id, name, *_ in jobs}
+        for _job_id, name, fenced_count, success_at, in_a_row, late_now in jobs:
+            fenced.add_metric([name], fenced_count)
+            if success_at is not None:
+                last_success.add_metric([name], float(success_at))
+            overdue.add_metric([name], 1.0 if late_now else 0.0)
+            failures.add_metric([name], in_a_row)
+        by_status: dict[tuple[str, str], int] = {}
         per_job: dict[str, tuple[list[int], float]] = {}
-        for job_id, bucket, count, total in spans:
+        for job_id, status, bucket, count, seconds in tallies:
             name = names.get(job_id, str(job_id))
-            counts_by_bucket, seconds = per_job.setdefault(name, ([0] * (len(BUCKETS) + 1), 0.0))
-            counts_by_bucket[int(bucket)] += count  # the first bucket whose bound is >= the duration
-            per_job[name] = (counts_by_bucket, seconds + float(total or 0))
+            by_status[(name, status)] = by_status.get((name, status), 0) + count
+            if bucket >= 0:
+                counts_by_bucket, total = per_job.setdefault(name, ([0] * (len(BUCKETS) + 1), 0.0))
+                counts_by_bucket[bucket] += count  # the first bucket whose bound is >= the duration
+                per_job[name] = (counts_by_bucket, total + float(seconds))
+        for (name, status), count in sorted(by_status.items()):
+            executions.add_metric([name, status], count)
+        for name in sorted(names.values()):
+            lost.add_metric([name], by_status.get((name, enums.Status.LOST), 0))
+        for job_id, status, count in opened:
+            open_now.add_metric([names.get(job_id, str(job_id)), status], count)
         for name, (counts_by_bucket, seconds) in sorted(per_job.items()):
             cumulative, running = [], 0
             for bound, count in zip((*map(str, BUCKETS), "+Inf"), counts_by_bucket, strict=True):
                 running += count
                 cumulative.append((bound, running))
             durations.add_metric([name], cumulative, seconds)
-        yield from (executions, lost, fenced, last_success, overdue, failures, durations)
+        yield from (executions, open_now, lost, fenced, last_success, overdue, failures, durations)
         beat = GaugeMetricFamily("cron_beat_heartbeat_age_seconds", "Seconds since the leading beat was seen")
         if beat_age is not None:
             beat.add_metric([], float(beat_age))

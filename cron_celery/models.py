@@ -17,7 +17,7 @@ from cron_celery.enums import AlertStatus, CatchUp, Event, ExecutionPattern, Ove
 
 # The enums live in ``enums`` (plain Python); they can be imported from here too, as before.
 __all__ = ["OPERATE_PERMISSION", "Alert", "AlertStatus", "BeatHeartbeat", "CatchUp", "CronExecution", "CronJob",
-           "Event", "ExecutionPattern", "Lease", "Overlap", "SkipReason", "Status", "Trigger"]
+           "Event", "ExecutionPattern", "Lease", "Overlap", "SkipReason", "Status", "Tally", "Trigger"]
 
 #: Who may act on jobs — run now, pause, resume, backfill, re-run, mark LOST, send alerts
 #: again (admin actions) and POST the run endpoint with a session: Django's "Can change cron
@@ -171,6 +171,25 @@ class CronExecution(models.Model):
             return self.ended - self.started
         return None
 
+
+class Tally(models.Model):
+    """How many of a job's executions ended with ``status``, by duration bucket: counters kept by
+    a trigger as executions reach a final status (migration 0012), read by the metrics endpoint
+    in one row per job, status and bucket — whatever the history's size. Purging history does
+    not lower them."""
+
+    job = models.ForeignKey(CronJob, on_delete=models.CASCADE, related_name="tallies")
+    status = models.CharField(max_length=20)
+    bucket = models.SmallIntegerField(
+        help_text="Durations: the number of histogram bounds below them (-1: never started)")
+    count = models.BigIntegerField(default=0)
+    seconds = models.FloatField(default=0.0, help_text="The durations added up")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["job", "status", "bucket"], name="cron_tally_once")]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} {self.status} bucket {self.bucket}: {self.count}"
 
 class Alert(models.Model):
     """The outbox: one notification of one event of an execution on one channel.

@@ -18,6 +18,10 @@ A pass has four steps, each bounded by ``RECONCILE["BATCH"]`` rows:
 4. **Undelivered alerts.** Alert rows still PENDING ``PENDING_GRACE`` seconds after their
    last delivery attempt (the delivery task was lost) are queued again.
 
+Once an hour (a lease row, ``reconciler-tidy``, taken and left to run out), a pass also deletes
+the heartbeat rows of beats gone for a week and alert rows settled more than
+``ALERT_RETENTION_DAYS`` ago (``retention.tidy``).
+
 Each step finds its rows job by job through the ``(job, status)`` index, so a pass reads
 the few open executions, not the history, and adds no index to the hot path.
 
@@ -61,6 +65,7 @@ from cron_celery import (
     outcomes,
     registry,
     repairs,
+    retention,
     schedules,
     tasks,
 )
@@ -69,6 +74,8 @@ logger = logging.getLogger(__name__)
 S = enums.Status
 #: The name of the lease row that lets one pass run at a time across all workers.
 PASS_LEASE = "reconciler"
+#: The lease row that lets one pass an hour tidy old heartbeat and alert rows.
+TIDY_LEASE, TIDY_SECONDS = "reconciler-tidy", 3600.0
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -83,6 +90,7 @@ class Report:
     abandoned: int = 0  # executions LOST after REPUBLISH_LIMIT sends
     waiting: int = 0  # late executions whose message is still queued or held by a worker: left alone
     alerts: int = 0  # undelivered alerts queued again
+    tidied: int = 0  # old heartbeat and settled alert rows deleted (once an hour)
 
     def __str__(self) -> str:
         if not self.ran:
@@ -112,11 +120,20 @@ def run_pass(now: dt.datetime | None = None) -> Report:
         _stranded(report, options)
         _undispatched(report, now or leadership.database_now(), options)
         report.alerts = alerts.redeliver(float(options["PENDING_GRACE"]), int(options["BATCH"]))
-        if report.lost or report.resent or report.missed or report.abandoned or report.alerts:
+        _tidy(report, int(options["BATCH"]))
+        if report.lost or report.resent or report.missed or report.abandoned or report.alerts or report.tidied:
             logger.warning("cron_celery reconciler: %s", report)
         return report
     finally:
         leadership.release(PASS_LEASE, token)
+
+
+def _tidy(report: Report, batch: int) -> None:
+    """Once an hour across all workers (a lease row that is taken and never released, so it runs
+    out an hour later): delete old heartbeat and alert rows (``retention.tidy``)."""
+    if leadership.hold(TIDY_LEASE, uuid.uuid4().hex, f"{socket.gethostname()}:{os.getpid()}", TIDY_SECONDS):
+        tidied = retention.tidy(batch)
+        report.tidied = tidied.heartbeats + tidied.alerts
 
 
 def _expired_leases(report: Report, batch: int) -> None:

@@ -1,9 +1,16 @@
-"""Deleting old history in batches: ``purge_cron_executions`` and the daily retention job.
+"""Deleting old history in batches: ``purge_cron_executions``, the daily retention job, and
+the hourly tidying of what would otherwise grow for ever.
 
 Only final executions are ever deleted — never PENDING, RUNNING or RETRYING — with their
 alert rows, in batches of ``batch_size`` rows per statement (constant memory, short
 locks). The built-in job ``cron-celery-retention`` runs every day at 03:17 UTC when
 ``CRON_CELERY["RETENTION_DAYS"]`` is set, deleting ``RETENTION_STATUSES`` older than that.
+
+Whatever the history's retention, ``tidy`` (run by the reconciler once an hour) deletes the
+heartbeat rows of beats gone for a week and the alert rows settled more than
+``ALERT_RETENTION_DAYS`` ago (90 by default). The per-job counters (``Tally``) have a row
+per job, status and duration bucket, and an execution's attempt history at most one entry
+per allowed attempt: neither grows with time.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ logger = logging.getLogger(__name__)
 EXE = models.CronExecution._meta.db_table
 JOB = models.CronJob._meta.db_table
 ALERT = models.Alert._meta.db_table
+BEAT = models.BeatHeartbeat._meta.db_table
 #: Statuses that are never deleted: the execution is not over.
 OPEN = frozenset({enums.Status.PENDING, enums.Status.RUNNING, enums.Status.RETRYING})
 
@@ -101,6 +109,44 @@ def _purge_batch(job_id: int, before: dt.datetime, wanted: tuple[str, ...], batc
         deleted, deleted_alerts = cursor.fetchone()
     return int(deleted), int(deleted_alerts)
 
+
+#: A beat not seen for this long is gone: its heartbeat row is deleted (each beat process writes
+#: its own, ``host:pid``, so restarts would otherwise add rows for ever).
+HEARTBEAT_DAYS = 7
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Tidied:
+    heartbeats: int
+    alerts: int
+
+
+def tidy(batch: int) -> Tidied:
+    """Delete what no page needs any more, at most ``batch`` rows of each: heartbeat rows of beats
+    not seen for ``HEARTBEAT_DAYS`` and alert rows settled (sent, or given up) more than
+    ``ALERT_RETENTION_DAYS`` ago. Alerts still to be delivered are never deleted."""
+    days = conf.settings.ALERT_RETENTION_DAYS
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            DELETE FROM {BEAT} WHERE identity IN (
+                SELECT identity FROM {BEAT} WHERE seen_at < now() - make_interval(days => %s) LIMIT %s)
+            """,
+            [HEARTBEAT_DAYS, batch],
+        )
+        heartbeats = cursor.rowcount
+        alerts = 0
+        if days:
+            cursor.execute(
+                f"""
+                DELETE FROM {ALERT} WHERE id IN (
+                    SELECT id FROM {ALERT} WHERE status <> 'PENDING'
+                      AND updated_at < now() - make_interval(days => %s) LIMIT %s)
+                """,
+                [int(days), batch],
+            )
+            alerts = cursor.rowcount
+    return Tidied(heartbeats=max(0, heartbeats), alerts=max(0, alerts))
 
 def run_retention() -> str:
     """The daily retention job's body."""

@@ -102,9 +102,11 @@ def send_run(job: registry.Job, slot: dt.datetime, trigger: str, *, force: bool 
 
 
 def send(app: celery.Celery, task_name: str, *, execution_id: int, slot: dt.datetime, trigger: str,
-         countdown: float | None = None, celery_task_id: str | None = None) -> None:
-    """Send a message for an existing execution (a retry, or the reconciler re-sending one)."""
-    publish(app, task_name, headers(execution_id, slot, trigger), task_id=celery_task_id, countdown=countdown)
+         countdown: float | None = None, celery_task_id: str | None = None, rerun: bool = False) -> None:
+    """Send a message for an existing execution (a retry, the reconciler re-sending one, a
+    recorded backfill slot)."""
+    publish(app, task_name, headers(execution_id, slot, trigger, rerun=rerun), task_id=celery_task_id,
+            countdown=countdown)
 
 
 def _due(options: dict[str, Any]) -> dt.datetime:

@@ -3,6 +3,7 @@ through Django's test client against the real database (the browser tests look a
 
 from __future__ import annotations
 
+import ast
 import csv
 import datetime as dt
 import io
@@ -15,7 +16,7 @@ from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 from django_celery_beat.models import PeriodicTask
 
-from cron_celery import claims, dispatch, finishes, schedule_sync
+from cron_celery import backfill, claims, dispatch, finishes, schedule_sync
 from cron_celery import jobs as job_rows
 from cron_celery.models import Alert, AlertStatus, CronExecution, CronJob, Status, Trigger
 from tests.admin_forms import submit
@@ -92,13 +93,40 @@ def test_the_backfill_form_sends_the_slots_of_a_range(admin_client):
     assert form.status_code == 200 and "Send the slots" in form.content.decode()
     done = admin_client.post(DASHBOARD, {"action": "backfill_range", "_selected_action": [job_id], "apply": "1",
                                          "start": "2026-11-01", "end": "2026-11-03"}, follow=True)
-    assert "3 slots sent" in done.content.decode()
+    assert "Nightly-report: 3 slots recorded, 3 sent now." in done.content.decode()
     rows = list(CronExecution.objects.filter(job_id=job_id).order_by("slot"))
     assert [row.slot for row in rows] == [dt.datetime(2026, 11, day, 1, 0, tzinfo=dt.UTC) for day in (1, 2, 3)]
     assert {row.trigger for row in rows} == {Trigger.BACKFILL}
     bad = admin_client.post(DASHBOARD, {"action": "backfill_range", "_selected_action": [job_id], "apply": "1",
                                         "start": "2026-11-05", "end": "2026-11-01"}, follow=True)
     assert "before it starts" in bad.content.decode()
+
+
+def test_a_large_backfill_from_the_admin_sends_a_few_slots_itself_and_hands_the_rest_to_a_worker(
+        admin_client, queue):
+    """The request publishes ``IN_REQUEST`` slots and one message for the rest; that task (run here
+    as a worker would) publishes the others; the page says how far it got and links the history."""
+    schedule_sync.sync()
+    job = jobs.nightly_report.job
+    job_id = job_rows.job_id(job)
+    done = admin_client.post(DASHBOARD, {"action": "backfill_range", "_selected_action": [job_id], "apply": "1",
+                                         "start": "2026-10-01", "end": "2026-10-31"}, follow=True)
+    page = done.content.decode()
+    assert f"Nightly-report: 31 slots recorded, {backfill.IN_REQUEST} sent now, 11 being sent by a worker." in page
+    assert f"?job={job_id}&amp;trigger__exact=BACKFILL" in page
+    rows = list(CronExecution.objects.filter(job_id=job_id).order_by("slot"))
+    assert len(rows) == 31 and {row.status for row in rows} == {Status.PENDING}
+    messages = queue.headers()
+    (handover,) = [m for m in messages if m["task"] == "cron_celery.publish_backfill"]
+    sent_now = [m["id"] for m in messages if m["task"] == job.task_name]
+    assert sent_now == [row.celery_task_id for row in rows[:backfill.IN_REQUEST]]
+    code, later_ids = ast.literal_eval(handover["argsrepr"])
+    assert code == job.code and later_ids == [row.id for row in rows[backfill.IN_REQUEST:]]
+    assert backfill.publish_backfill(code, later_ids) == 11
+    published = [m["id"] for m in queue.headers() if m["task"] == job.task_name]
+    assert published == [row.celery_task_id for row in rows]
+    list_page = admin_client.get(f"/admin/cron_celery/cronexecution/?job={job_id}&trigger__exact=BACKFILL")
+    assert list_page.status_code == 200 and "31 cron executions" in list_page.content.decode()
 
 
 def test_the_history_detail_shows_every_attempt_and_the_alerts(admin_client):

@@ -297,3 +297,12 @@ def test_only_names_known_benchmarks(capsys):
         run.main(["--only", "overhead,nope"])
     assert "choose from" in capsys.readouterr().err
 
+
+
+def test_the_metrics_scrape_at_each_history_size_against_the_smallest(results_dir):
+    text = "\n".join(sections.history_section(page.load(results_dir)))
+    assert "### The metrics scrape as history grows" in text
+    assert "| 20,000 | 4 | 20.00 ms | 25.00 ms | 1.00 | 0 |" in text
+    assert "| 40,000 | 4 | 22.00 ms | 26.00 ms | 1.10 | 0 |" in text
+    edit(results_dir, "history.json", lambda data: data.pop("scrapes"))  # results from before the scrapes
+    assert "metrics scrape as history grows" not in "\n".join(sections.history_section(page.load(results_dir)))

@@ -6,6 +6,8 @@ Redis queue.
 from __future__ import annotations
 
 import datetime as dt
+import importlib
+import re
 from typing import Any
 
 import pytest
@@ -14,10 +16,12 @@ from celery._state import get_current_app
 from django.conf import settings
 from django.contrib.auth.models import Permission
 from django.db import connection
+from django.db.models import Count
 from django.test import Client, override_settings
+from django.test.utils import CaptureQueriesContext
 from prometheus_client.parser import text_string_to_metric_families
 
-from cron_celery import exceptions, health, registry, tasks
+from cron_celery import dispatch, exceptions, health, metrics, registry, retention, runs, tasks
 from cron_celery.models import BeatHeartbeat, CronExecution, CronJob, Status, Trigger
 from tests.conftest import make_job
 
@@ -393,8 +397,9 @@ def test_metrics_counts_durations_and_gauges_match_the_rows(client):
     executions = {labels: value for (name, labels), value in samples.items() if name == "cron_executions_total"}
     assert executions == {
         (("job", busy.name), ("status", "SUCCEEDED")): 5, (("job", busy.name), ("status", "FAILED")): 1,
-        (("job", busy.name), ("status", "LOST")): 2, (("job", idle.name), ("status", "PENDING")): 1,
+        (("job", busy.name), ("status", "LOST")): 2,
     }
+    assert samples["cron_executions_open", (("job", idle.name), ("status", "PENDING"))] == 1
     assert (samples["cron_lost_total", b], samples["cron_lost_total", i]) == (2, 0)
     assert (samples["cron_fenced_total", b], samples["cron_fenced_total", i]) == (4, 0)
     assert samples["cron_last_success_timestamp_seconds", b] == success.timestamp()
@@ -548,3 +553,62 @@ def test_a_broker_that_is_down_fails_the_run_cleanly(client, queue):
     assert run(client, data={"date": "2026-11-29"}).status_code == 202
     assert len(queue.headers()) == 1
 
+
+def test_metrics_counters_are_the_history_as_it_was_written_and_survive_a_purge(client):
+    """Every path that ends an execution counts once (the trigger), so the counters equal a
+    count of the rows; purging the rows afterwards leaves them as they were."""
+    job, job_id = make_job("standard", "skip")
+    runs.execute(job, SLOT, lambda run: "ok", trigger=Trigger.MANUAL)  # claim, then the final write
+    runs.execute(job, SLOT + dt.timedelta(hours=1), lambda run: {"error": True}, trigger=Trigger.MANUAL)
+    runs.execute(job, SLOT, lambda run: "again", trigger=Trigger.MANUAL)  # the slot already ran: SKIPPED
+    decision = dispatch.Decision(job_id=job_id, expected_next_run_at=None, next_run_at=SLOT + dt.timedelta(days=1),
+                                 run=[], missed=[SLOT + dt.timedelta(hours=2)], tz=dt.UTC)
+    dispatch.dispatch_many([decision])  # MISSED, inserted in bulk
+    execution(job, job_id, SLOT + dt.timedelta(hours=3), Status.PENDING)
+    truth = dict(CronExecution.objects.filter(job_id=job_id).exclude(status__in=metrics.OPEN)
+                 .values_list("status").annotate(n=Count("id")).values_list("status", "n"))
+    assert truth == {"SUCCEEDED": 1, "FAILED": 1, "SKIPPED": 1, "MISSED": 1}
+    samples, _, _ = scrape(client)
+    counted = {dict(labels)["status"]: value for (name, labels), value in samples.items()
+               if name == "cron_executions_total" and dict(labels)["job"] == job.name}
+    assert counted == truth
+    assert samples["cron_executions_open", (("job", job.name), ("status", "PENDING"))] == 1
+    assert samples["cron_execution_duration_seconds_count", (("job", job.name),)] == 2  # the two that ran
+    purged = retention.purge(SLOT + dt.timedelta(days=30), ("SUCCEEDED", "FAILED", "SKIPPED", "MISSED"))
+    assert purged.executions == 4
+    again, _, _ = scrape(client)
+    assert {key: value for key, value in again.items() if key[0].startswith("cron_execution")} == {
+        key: value for key, value in samples.items() if key[0].startswith("cron_execution")}
+
+
+def test_a_scrape_reads_no_execution_history(client):
+    """Each statement of a scrape reaches the execution table only through an index condition on
+    the job (the open executions, job by job): PostgreSQL's plans, with sequential scans
+    priced out so that a statement that could only scan shows it."""
+    job, job_id = make_job()
+    bulk_executions(job, job_id, 2000)
+    with CaptureQueriesContext(connection) as captured:
+        scrape(client)
+    statements = [query["sql"] for query in captured.captured_queries if query["sql"].lstrip().startswith("SELECT")]
+    assert len(statements) >= 3
+    reached = []
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        for statement in statements:
+            cursor.execute(f"EXPLAIN (FORMAT JSON) {statement}")
+            reached += [node for node in plan_nodes(cursor.fetchone()[0][0]["Plan"])
+                        if node.get("Relation Name") == EXE]
+    assert reached  # the open executions are read
+    for node in reached:
+        condition = node.get("Index Cond", "") + node.get("Recheck Cond", "")
+        assert node["Node Type"] != "Seq Scan" and "job_id" in condition, node
+
+
+def plan_nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
+    return [node, *(found for child in node.get("Plans", []) for found in plan_nodes(child))]
+
+
+def test_the_histogram_bounds_of_the_trigger_are_the_metrics_bounds():
+    migration = importlib.import_module("cron_celery.migrations.0012_tally")
+    bounds = tuple(float(bound) for bound in re.findall(r"[\d.]+", migration.BOUNDS.split("]")[0]))
+    assert bounds == metrics.BUCKETS

@@ -21,7 +21,7 @@ from django.db import connection
 from django.test import override_settings
 from django.utils import timezone
 
-from cron_celery import backfill, beat, exceptions, health, registry, retention
+from cron_celery import backfill, beat, exceptions, health, models, registry, retention
 from cron_celery import jobs as job_rows
 from cron_celery.models import Alert, BeatHeartbeat, CronExecution, CronJob, Status, Trigger
 from tests.conftest import make_job, manage
@@ -247,7 +247,7 @@ def test_backfill_leaves_out_slots_that_ran_or_run_unless_forced():
 
 
 @pytest.mark.django_db
-def test_a_backfill_the_broker_refuses_stops_and_says_how_far_it_got():
+def test_a_backfill_the_broker_refuses_records_every_slot_and_the_reconciler_sends_them_later(queue):
     job = registry.get("nightly-report")
     planned = backfill.plan(job, "2026-01-10", "2026-01-12")
     working = get_current_app()
@@ -260,35 +260,18 @@ def test_a_backfill_the_broker_refuses_stops_and_says_how_far_it_got():
         working.set_current()
         broken.close()
     message = str(caught.value)
-    assert message.startswith("The backfill stopped after sending 0 of 3 slots (the first not sent: "
-                              "2026-01-10T01:00:00Z)")
-    assert "could not be sent to the broker" in message
-    assert list(CronExecution.objects.filter(job__name=job.name).values_list("error_code", flat=True)) == [
-        "PUBLISH_FAILED"]  # the one it tried is closed; the others were never written
+    assert message.startswith("The backfill sent 0 of 3 slots and stopped at 2026-01-10T01:00:00Z: every slot is "
+                              "recorded, and the reconciler sends those not sent yet")
+    rows = list(CronExecution.objects.filter(job__name=job.name).order_by("slot"))
+    assert [(row.status, row.trigger, row.forced, bool(row.celery_task_id)) for row in rows] == [
+        (Status.PENDING, Trigger.BACKFILL, True, True)] * 3  # nothing lost: the intent is recorded
+    assert queue.headers() == []
+    sql(f"UPDATE {EXE} SET created_at = now() - interval '1 hour' WHERE job_id = %s", [rows[0].job_id])
+    from cron_celery import reconciler
 
-
-@pytest.mark.django_db
-def test_backfill_follows_the_schedule_edited_in_the_admin():
-    job = registry.get("nightly-report")
-    CronJob.objects.filter(id=job_rows.job_id(job)).update(schedule="30 4 * * *", schedule_timezone="Europe/Amsterdam")
-    assert backfill.plan(job, "2026-01-10", "2026-01-11").slots == [utc(2026, 1, 10, 3, 30), utc(2026, 1, 11, 3, 30)]
-
-
-@pytest.mark.django_db
-def test_backfill_refuses_a_reversed_range_too_many_slots_and_a_job_without_schedule():
-    nightly = registry.get("nightly-report")
-    with pytest.raises(exceptions.InvalidSlot, match=r"the range ends \(2026-01-10\) before it starts \(2026-01-12\)"):
-        backfill.plan(nightly, "2026-01-12", "2026-01-10")
-    with pytest.raises(exceptions.InvalidSlot, match="holds more than 2 slots of nightly-report"):
-        backfill.plan(nightly, "2026-01-10", "2026-01-12", limit=2)
-    assert len(backfill.plan(nightly, "2026-01-10", "2026-01-12", limit=3).slots) == 3
-    with pytest.raises(exceptions.InvalidSlot, match="holds more than 1000 slots of tick-2s"):
-        backfill.plan(registry.get("tick-2s"), "2026-01-10", "2026-01-10")  # 43,200 slots in a day
-    with pytest.raises(exceptions.InvalidSlot, match="has no schedule"):
-        backfill.plan(registry.get("calc-commission"), "2026-01-10", "2026-01-12")
-    with pytest.raises(exceptions.InvalidSlot, match="expected a date"):
-        backfill.plan(nightly, "2026-01-32", "2026-02-01")
-    assert not CronExecution.objects.exists()
+    assert reconciler.run_pass().resent == 3  # the broker answers again: each is sent, under its own id
+    assert sorted(m["id"] for m in queue.headers()) == sorted(row.celery_task_id for row in rows)
+    assert backfill.plan(job, "2026-01-10", "2026-01-12").slots == []  # a second backfill would not double them
 
 
 @pytest.mark.django_db
@@ -498,3 +481,85 @@ def test_the_scheduler_heartbeat_writes_on_changes_and_every_few_seconds():
     scheduler._beat_seen -= 11  # ten seconds (a third of the lease) have passed
     scheduler.heartbeat(False)
     assert beats()[0][3] > timezone.now() - dt.timedelta(seconds=10)
+
+
+# --- tidying what would otherwise grow for ever ----------------------------------------------
+
+def settled_alerts(job: registry.Job, job_id: int) -> dict[str, int]:
+    """Four alerts on four old executions: PENDING and SENT a year ago, FAILED a year ago, SENT
+    yesterday; returns their ids by label."""
+    insert(job, job_id, 4, first=OLD, step="1 hour", statuses=("FAILED",))
+    ids = [row[0] for row in sql(f"SELECT id FROM {EXE} WHERE job_id = %s ORDER BY id", [job_id])]
+    made = {}
+    for label, execution_id, status, age in (("pending-old", ids[0], "PENDING", "365 days"),
+                                             ("sent-old", ids[1], "SENT", "365 days"),
+                                             ("given-up-old", ids[2], "FAILED", "91 days"),
+                                             ("sent-recent", ids[3], "SENT", "1 day")):
+        alert = Alert.objects.create(execution_id=execution_id, job_id=job_id, event="FAILED", channel="webhook",
+                                     status=status)
+        sql(f"UPDATE {ALERT} SET updated_at = now() - interval '{age}' WHERE id = %s", [alert.id])
+        made[label] = alert.id
+    return made
+
+
+def heartbeats(*ages: str) -> None:
+    for n, age in enumerate(ages):
+        sql(f"INSERT INTO {BEAT} (identity, \"leading\", started_at, seen_at) VALUES (%s, false, now(), now() - "
+            f"interval '{age}')", [f"gone-host:{n}"])
+
+
+@pytest.mark.django_db
+def test_tidy_deletes_gone_beats_and_settled_old_alerts_and_nothing_else():
+    job, job_id = make_job()
+    made = settled_alerts(job, job_id)
+    heartbeats("8 days", "30 days", "6 days", "1 minute")
+    tidied = retention.tidy(batch=1000)
+    assert (tidied.heartbeats, tidied.alerts) == (2, 2)
+    assert sorted(BeatHeartbeat.objects.values_list("identity", flat=True)) == ["gone-host:2", "gone-host:3"]
+    assert set(Alert.objects.values_list("id", flat=True)) == {made["pending-old"], made["sent-recent"]}
+    assert CronExecution.objects.filter(job_id=job_id).count() == 4  # the executions are retention's to delete
+    again = retention.tidy(batch=1000)
+    assert (again.heartbeats, again.alerts) == (0, 0)
+
+
+@pytest.mark.django_db
+def test_tidy_deletes_in_batches_and_keeps_alerts_when_their_retention_is_off():
+    job, job_id = make_job()
+    made = settled_alerts(job, job_id)
+    heartbeats("8 days", "9 days", "10 days")
+    with cron_settings(ALERT_RETENTION_DAYS=None):
+        first = retention.tidy(batch=2)
+    assert (first.heartbeats, first.alerts) == (2, 0)
+    assert Alert.objects.count() == 4
+    with cron_settings(ALERT_RETENTION_DAYS=400):
+        within = retention.tidy(batch=2)
+    assert (within.heartbeats, within.alerts) == (1, 0)  # the third beat; a year is within 400 days
+    second = retention.tidy(batch=1)
+    assert (second.heartbeats, second.alerts) == (0, 1)
+    assert retention.tidy(batch=1).alerts == 1
+    assert set(Alert.objects.values_list("id", flat=True)) == {made["pending-old"], made["sent-recent"]}
+
+
+@pytest.mark.django_db
+def test_a_reconciler_pass_tidies_once_an_hour_across_workers():
+    from cron_celery import reconciler
+
+    sql(f"DELETE FROM {models.Lease._meta.db_table} WHERE name = %s", [reconciler.TIDY_LEASE])
+    heartbeats("8 days")
+    assert reconciler.run_pass().tidied == 1
+    heartbeats("9 days")
+    assert reconciler.run_pass().tidied == 0  # within the hour: another pass (any worker's) already tidied
+    assert BeatHeartbeat.objects.filter(identity="gone-host:0").exists()
+    sql(f"UPDATE {models.Lease._meta.db_table} SET lease_until = now() WHERE name = %s", [reconciler.TIDY_LEASE])
+    assert reconciler.run_pass().tidied == 1
+    assert not BeatHeartbeat.objects.filter(identity__startswith="gone-host").exists()
+
+
+def test_a_bad_alert_retention_is_a_check_error():
+    from cron_celery import checks
+
+    for value in (0, "90", True, 1.5):
+        with cron_settings(ALERT_RETENTION_DAYS=value):
+            assert [message.id for message in checks.check_operations()] == ["cron_celery.E013"], value
+    with cron_settings(ALERT_RETENTION_DAYS=None):
+        assert checks.check_operations() == []
