@@ -65,7 +65,7 @@ def dead(job: registry.Job | None, **kwargs: Any) -> repairs.Ended | None:
                                  status=status, error_code=str(kwargs.get("error_code", "")),
                                  message=str(kwargs.get("message", "")), final=ended.status != S.RETRYING,
                                  lost_attempt=ended.status == S.RETRYING and status == S.LOST)
-            if (event.final or event.lost_attempt) and events.records(event):
+            if event.final or event.lost_attempt:
                 events.record(event)
     if ended is not None and ended.status != S.RETRYING:
         events.ended(event)
@@ -80,7 +80,7 @@ def unstarted(job: registry.Job | None, *, job_id: int, execution_id: int, slot:
     with transaction.atomic():
         closed = repairs.close_unstarted(job_id=job_id, execution_id=execution_id, status=status,
                                          error_code=error_code, message=message, running_too=running_too)
-        if closed and events.records(event):
+        if closed:
             events.record(event)
     if closed:
         events.ended(event)
@@ -95,8 +95,7 @@ def given_up(job: registry.Job | None, *, job_id: int, execution_id: int, note: 
         if ended is not None:
             event = events.Ended(job=job, job_id=job_id, execution_id=execution_id, slot=ended.slot,
                                  status=ended.status, error_code=ended.error_code, message=ended.message)
-            if events.records(event):
-                events.record(event)
+            events.record(event)
     if ended is not None:
         events.ended(event)
     return ended
