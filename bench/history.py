@@ -3,10 +3,13 @@
     ./.venv-dj52/bin/python bench/history.py [--rows 1000000] [--jobs 1000] [--repeat 20]
 
 Seeds its own database (``cron_celery_history``) with ``--jobs`` jobs and ``--rows``
-finished executions (kept between runs when the counts match), then, as a logged-in staff
+finished executions, plus one more job that ran every second for a week (``--busy-rows``,
+604,800 executions; all kept between runs when the counts match), then, as a logged-in staff
 user through Django's test client, requests each page ``--repeat`` times and reports the
 number of SQL queries, the median time, and whether PostgreSQL's plan for each query reads
-the execution table with a sequential scan. Then it purges 200,000 old rows in batches of
+the execution table with a sequential scan. It times the dashboard's 7-day figures for the
+first page's 50 jobs two ways in the same database: read from the rollups (as the page does)
+and by scanning each job's week (as the page did before the rollups). Then it purges 200,000 old rows in batches of
 1,000 and reports rows per second. Last, it times the metrics scrape again at each history
 size of ``--scrape-rows`` (default one and ten million executions, seeded in turn).
 """
@@ -32,9 +35,21 @@ from bench.common import BenchError, ensure_database, log, log_machine, run, wri
 #: Targets from the issue: each page at most 20 queries and under 100 ms (median).
 MAX_QUERIES, MAX_MS = 20, 100.0
 PURGE_ROWS = 200_000
+#: The job that runs every second: a week of it.
+BUSY_ROWS = 7 * 24 * 3600
+
+#: The dashboard's 7-day figures as they were read before the rollups (migration 0013): each
+#: job's week of executions, scanned and sorted for the median. Kept here as the peer.
+SCANNED_WEEK = """
+SELECT j.id, (SELECT json_build_array(count(*) FILTER (WHERE completed AND status <> 'SKIPPED'),
+    count(*) FILTER (WHERE status = 'SUCCEEDED'), percentile_cont(0.5) WITHIN GROUP
+    (ORDER BY extract(epoch FROM ended - started)) FILTER (WHERE status = 'SUCCEEDED' AND started IS NOT NULL))
+    FROM cron_celery_cronexecution WHERE job_id = j.id AND slot >= now() - interval '7 days')
+FROM cron_celery_cronjob AS j WHERE j.id = ANY(%s)
+"""
 
 
-def seed(jobs: int, rows: int) -> None:
+def seed(jobs: int, rows: int, busy: int) -> None:
     from django.db import connection
 
     from cron_celery import models
@@ -43,10 +58,10 @@ def seed(jobs: int, rows: int) -> None:
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT (SELECT count(*) FROM {job}), (SELECT count(*) FROM {exe})")
         have_jobs, have_rows = cursor.fetchone()
-        if (have_jobs, have_rows) == (jobs, rows):
-            log(f"reusing {rows:,} executions of {jobs:,} jobs")
+        if (have_jobs, have_rows) == (jobs + 1, rows + busy):
+            log(f"reusing {rows:,} executions of {jobs:,} jobs and {busy:,} of an every-second job")
             return
-        log(f"seeding {rows:,} executions of {jobs:,} jobs ...")
+        log(f"seeding {rows:,} executions of {jobs:,} jobs and {busy:,} of an every-second job ...")
         began = time.monotonic()
         cursor.execute(f"TRUNCATE {exe}, {job}, {models.Alert._meta.db_table} RESTART IDENTITY CASCADE")
         cursor.execute(
@@ -79,6 +94,36 @@ def seed(jobs: int, rows: int) -> None:
                 WHERE j.id BETWEEN %s AND %s
                 """,
                 [per_job, first, first + 99],
+            )
+        # job-0000 runs every second (it sorts first, so the dashboard's first page shows it): its
+        # executions took 5-50 ms; one in a hundred failed.
+        cursor.execute(
+            f"""
+            INSERT INTO {job} (name, code, task, pattern, overlap, timezone, description, paused, catch_up,
+                               next_run_at, schedule, schedule_timezone, fence, consecutive_failures, last_status,
+                               last_run_at, last_success_at, created_at, updated_at)
+            VALUES ('job-0000', 'J0', 'bench.job0', 'always', 'allow', 'UTC', 'every second', false, 'latest',
+                    date_trunc('second', now()) + interval '1 second', 'every 1s', '', 0, 0, 'SUCCEEDED',
+                    now(), now(), now(), now())
+            RETURNING id
+            """
+        )
+        busy_id = cursor.fetchone()[0]
+        for first in range(1, busy + 1, 100_000):
+            cursor.execute(
+                f"""
+                INSERT INTO {exe} (job_id, task_code, task_name, slot, execution_date, run_number, status, trigger,
+                    skip_reason, forced, created_at, started, ended, completed, success, message, error_code,
+                    traceback, retry_count, celery_task_id, worker, fence)
+                SELECT %s, 'J0', 'job-0000', date_trunc('second', now()) - make_interval(secs => g),
+                       (now() - make_interval(secs => g))::date, 1,
+                       CASE WHEN g %% 100 = 0 THEN 'FAILED' ELSE 'SUCCEEDED' END, 'BEAT', '', false, now(),
+                       now() - make_interval(secs => g + (5 + (g * 37) %% 46) / 1000.0),
+                       now() - make_interval(secs => g), true, g %% 100 <> 0, 'done', '', '', 0,
+                       md5('busy-' || g), 'bench-worker', g
+                FROM generate_series(%s, %s) AS g
+                """,
+                [busy_id, first, min(first + 99_999, busy)],
             )
         cursor.execute(f"ANALYZE {exe}")
         cursor.execute(f"ANALYZE {job}")
@@ -125,6 +170,43 @@ def measure(client: Any, url: str, repeat: int, headers: dict[str, str] | None =
             "p90_ms": round(sorted(times)[int(len(times) * 0.9) - 1], 2), "seq_scans": plans_scan_executions(sqls)}
 
 
+def figures_side_by_side(repeat: int) -> dict[str, Any]:
+    """The 7-day figures of the dashboard's first page, from the rollups and by scanning each
+    job's week, timed in turn in the same database; the first page's jobs are those sorted first."""
+    from django.db import connection
+
+    from cron_celery import dashboard, models
+
+    job_ids = list(models.CronJob.objects.order_by("name").values_list("id", flat=True)[:50])
+    times: dict[str, list[float]] = {"rollups": [], "scan": []}
+    figures: dict[str, dict[int, Any]] = {}
+    with connection.cursor() as cursor:
+        for index in range(repeat + 1):
+            began = time.perf_counter()  # the page's own query, through the ORM (a little dearer for it)
+            listed = list(dashboard.with_figures(models.CronJob.objects.filter(id__in=job_ids)))
+            took = (time.perf_counter() - began) * 1000
+            figures["rollups"] = {job.id: getattr(job, "week", None) for job in listed}
+            began = time.perf_counter()
+            cursor.execute(SCANNED_WEEK, [job_ids])
+            figures["scan"] = dict(cursor.fetchall())
+            if index:  # the first round warms the caches
+                times["rollups"].append(took)
+                times["scan"].append((time.perf_counter() - began) * 1000)
+    busy = job_ids[0]
+    shown = dashboard.week(_json(figures["rollups"][busy]))
+    scanned = _json(figures["scan"][busy])
+    medians = {name: round(statistics.median(values), 2) for name, values in times.items()}
+    return {"jobs": len(job_ids), "rollups_ms": medians["rollups"], "scan_ms": medians["scan"],
+            "busy": {"rollups": [shown.finished, shown.succeeded, shown.median],
+                     "scan": [int(scanned[0]), int(scanned[1]), float(scanned[2])]}}
+
+
+def _json(value: Any) -> Any:
+    import json
+
+    return json.loads(value) if isinstance(value, str) else value
+
+
 def purge_throughput() -> dict[str, Any]:
     from django.db import connection
 
@@ -132,10 +214,7 @@ def purge_throughput() -> dict[str, Any]:
 
     exe = models.CronExecution._meta.db_table
     with connection.cursor() as cursor:
-        # A thousand rows a statement (each its own transaction): the counting trigger updates one
-        # tally row per final row, and many updates of one row inside one transaction slow down
-        # with their number.
-        for first in range(1, PURGE_ROWS + 1, 1000):
+        for first in range(1, PURGE_ROWS + 1, 100_000):
             cursor.execute(
                 f"""
                 INSERT INTO {exe} (job_id, task_code, task_name, slot, execution_date, run_number, status, trigger,
@@ -145,7 +224,7 @@ def purge_throughput() -> dict[str, Any]:
                        '2020-01-01', 1, 'SUCCEEDED', 'BEAT', '', false, now(), true, '', '', '', 0, '', ''
                 FROM generate_series(%s, %s) AS g
                 """,
-                [first, min(first + 999, PURGE_ROWS)],
+                [first, min(first + 99_999, PURGE_ROWS)],
             )
     began = time.monotonic()
     result = retention.purge(dt.datetime(2021, 1, 1, tzinfo=dt.UTC), ("SUCCEEDED",), batch_size=1000)
@@ -174,6 +253,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--jobs", type=int, default=1_000)
     parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--busy-rows", type=int, default=BUSY_ROWS,
+                        help="executions of the job that runs every second (default: a week of them)")
     parser.add_argument("--scrape-rows", default="1000000,10000000",
                         help="history sizes at which the metrics scrape is timed again (comma-separated)")
     parser.add_argument("--json", type=Path, default=None)
@@ -195,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     django.setup()
     call_command("migrate", verbosity=0, interactive=False)
     log_machine(os.cpu_count(), loadavg[0], "slower")
-    seed(args.jobs, args.rows)
+    seed(args.jobs, args.rows, args.busy_rows)
 
     from django.conf import settings
     from django.contrib.auth import get_user_model
@@ -229,23 +310,28 @@ def main(argv: list[str] | None = None) -> int:
                 f"p90 {figures['p90_ms']:8.2f} ms  seq scans {len(figures['seq_scans'])}  {mark}")
             for sql in figures["seq_scans"]:
                 log(f"    sequential scan: {sql}")
+    side = figures_side_by_side(args.repeat)
+    log(f"7-day figures of {side['jobs']} jobs: {side['rollups_ms']:.2f} ms from the rollups, "
+        f"{side['scan_ms']:.2f} ms scanning each week ({side['scan_ms'] / max(side['rollups_ms'], 0.01):.0f} x); "
+        f"every-second job {side['busy']['rollups']} against {side['busy']['scan']}")
     purge = purge_throughput()
     log(f"purge: {purge['rows']:,} rows in {purge['batches']} batches, {purge['seconds']} s, "
         f"{purge['rows_per_second']:,} rows/s (target 50,000)")
     scrapes = []
     with override_settings(ALLOWED_HOSTS=["testserver"]):
         for rows in scrape_rows:  # the scrape again as the history grows: it must stay flat
-            seed(args.jobs, max(rows, args.jobs))
+            seed(args.jobs, max(rows, args.jobs), args.busy_rows)
             figures = {"rows": rows, **measure(client, "/cron/metrics/", args.repeat, token)}
             scrapes.append(figures)
             log(f"metrics scrape at {rows:>12,} executions: {figures['queries']} queries, median "
                 f"{figures['median_ms']:.2f} ms, p90 {figures['p90_ms']:.2f} ms, seq scans {len(figures['seq_scans'])}")
     header = {"date": started_at.strftime("%Y-%m-%d %H:%M UTC"), "rows": args.rows, "jobs": args.jobs,
+              "busy_rows": args.busy_rows,
               "repeat": args.repeat, "purge_rows": PURGE_ROWS, "max_queries": MAX_QUERIES, "max_ms": MAX_MS,
               "cpus": os.cpu_count(), "loadavg": loadavg, **versions()}
     write_results("history", started_at, {"settings": header, "started_at": started_at, "rows": args.rows,
                                           "jobs": args.jobs, "repeat": args.repeat, "pages": results,
-                                          "purge": purge, "scrapes": scrapes, "cpus": os.cpu_count()},
+                                          "purge": purge, "scrapes": scrapes, "figures": side, "cpus": os.cpu_count()},
                   args.json)
     return 0
 

@@ -134,17 +134,19 @@ class CronJobAdmin(ReadOnly):
 
     @admin.display(description="success 7 d")
     def success_rate(self, job: Any) -> str:
-        total, ok, _median = getattr(job, "week", None) or (0, 0, None)
-        if not total:
+        figures = dashboard.week(getattr(job, "week", None))
+        if not figures.finished:
             return "—"
-        return f"{100 * ok / total:.0f} % of {total}"
+        return f"{100 * figures.succeeded / figures.finished:.0f} % of {figures.finished}"
 
     @admin.display(description="median 7 d")
     def median_duration(self, job: Any) -> str:
-        seconds = (getattr(job, "week", None) or (0, 0, None))[2]
-        if seconds is None:
+        figures = dashboard.week(getattr(job, "week", None))
+        if figures.median is None:
             return "—"
-        return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.1f} s"
+        seconds = figures.median
+        shown = f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.1f} s"
+        return f"≈ {shown}" if figures.estimated else shown
 
     @admin.display(description="last 30 runs")
     def last_runs(self, job: Any) -> SafeString:

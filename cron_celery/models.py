@@ -191,6 +191,47 @@ class Tally(models.Model):
     def __str__(self) -> str:
         return f"job {self.job_id} {self.status} bucket {self.bucket}: {self.count}"
 
+
+#: The dashboard's rollups keep slots of this many days (it shows 7; migration 0013's horizon).
+ROLLUP_DAYS = 8
+
+
+class Hour(models.Model):
+    """A job's finished executions of one hour of slots (UTC), kept by a trigger as executions
+    reach a final status, follow their rows out when they are deleted, and are tidied once the
+    hour is older than ``ROLLUP_DAYS``: the dashboard's 7-day success rate reads at most 169
+    of them per job, however often the job runs (migration 0013)."""
+
+    job = models.ForeignKey(CronJob, on_delete=models.CASCADE, related_name="hours", db_index=False)
+    hour = models.DateTimeField(help_text="The slots' hour (UTC)")
+    ended = models.BigIntegerField(default=0, help_text="Executions of these slots in a final status")
+    finished = models.BigIntegerField(default=0, help_text="Those not SKIPPED")
+    succeeded = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["job", "hour"], name="cron_hour_once")]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} {self.hour:%Y-%m-%d %H}h: {self.succeeded}/{self.finished}"
+
+
+class Durations(models.Model):
+    """How many of a job's successes of one day of slots (UTC) took a duration in ``bucket``: 32
+    buckets a doubling from one millisecond (``dashboard.bucket_bounds``), kept like ``Hour``;
+    the dashboard's 7-day median of a busy job is estimated from them."""
+
+    job = models.ForeignKey(CronJob, on_delete=models.CASCADE, related_name="durations", db_index=False)
+    day = models.DateField(help_text="The slots' day (UTC)")
+    bucket = models.SmallIntegerField()
+    count = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["job", "day", "bucket"], name="cron_durations_once")]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} {self.day} bucket {self.bucket}: {self.count}"
+
+
 class Alert(models.Model):
     """The outbox: one notification of one event of an execution on one channel.
 

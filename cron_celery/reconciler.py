@@ -90,7 +90,7 @@ class Report:
     abandoned: int = 0  # executions LOST after REPUBLISH_LIMIT sends
     waiting: int = 0  # late executions whose message is still queued or held by a worker: left alone
     alerts: int = 0  # undelivered alerts queued again
-    tidied: int = 0  # old heartbeat and settled alert rows deleted (once an hour)
+    tidied: int = 0  # old heartbeat, settled alert and dashboard rollup rows deleted (once an hour)
 
     def __str__(self) -> str:
         if not self.ran:
@@ -130,10 +130,10 @@ def run_pass(now: dt.datetime | None = None) -> Report:
 
 def _tidy(report: Report, batch: int) -> None:
     """Once an hour across all workers (a lease row that is taken and never released, so it runs
-    out an hour later): delete old heartbeat and alert rows (``retention.tidy``)."""
+    out an hour later): delete old heartbeat, alert and rollup rows (``retention.tidy``)."""
     if leadership.hold(TIDY_LEASE, uuid.uuid4().hex, f"{socket.gethostname()}:{os.getpid()}", TIDY_SECONDS):
         tidied = retention.tidy(batch)
-        report.tidied = tidied.heartbeats + tidied.alerts
+        report.tidied = tidied.heartbeats + tidied.alerts + tidied.rollups
 
 
 def _expired_leases(report: Report, batch: int) -> None:

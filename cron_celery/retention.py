@@ -30,6 +30,7 @@ EXE = models.CronExecution._meta.db_table
 JOB = models.CronJob._meta.db_table
 ALERT = models.Alert._meta.db_table
 BEAT = models.BeatHeartbeat._meta.db_table
+HOUR, DURATIONS = models.Hour._meta.db_table, models.Durations._meta.db_table
 #: Statuses that are never deleted: the execution is not over.
 OPEN = frozenset({enums.Status.PENDING, enums.Status.RUNNING, enums.Status.RETRYING})
 
@@ -119,12 +120,15 @@ HEARTBEAT_DAYS = 7
 class Tidied:
     heartbeats: int
     alerts: int
+    rollups: int = 0
 
 
 def tidy(batch: int) -> Tidied:
     """Delete what no page needs any more, at most ``batch`` rows of each: heartbeat rows of beats
     not seen for ``HEARTBEAT_DAYS`` and alert rows settled (sent, or given up) more than
-    ``ALERT_RETENTION_DAYS`` ago. Alerts still to be delivered are never deleted."""
+    ``ALERT_RETENTION_DAYS`` ago. Alerts still to be delivered are never deleted. Also the
+    dashboard's rollups of slots older than ``models.ROLLUP_DAYS`` (all of them: at most a row
+    per job an hour and a few per job a day age out, in a table of a few rows per job)."""
     days = conf.settings.ALERT_RETENTION_DAYS
     with connection.cursor() as cursor:
         cursor.execute(
@@ -146,7 +150,12 @@ def tidy(batch: int) -> Tidied:
                 [int(days), batch],
             )
             alerts = cursor.rowcount
-    return Tidied(heartbeats=max(0, heartbeats), alerts=max(0, alerts))
+        cursor.execute(f"DELETE FROM {HOUR} WHERE hour < now() - make_interval(days => %s)", [models.ROLLUP_DAYS])
+        rollups = cursor.rowcount
+        cursor.execute(f"DELETE FROM {DURATIONS} WHERE day < ((now() AT TIME ZONE 'UTC')::date - %s)",
+                       [models.ROLLUP_DAYS])
+        rollups += cursor.rowcount
+    return Tidied(heartbeats=max(0, heartbeats), alerts=max(0, alerts), rollups=max(0, rollups))
 
 def run_retention() -> str:
     """The daily retention job's body."""

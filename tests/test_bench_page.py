@@ -306,3 +306,14 @@ def test_the_metrics_scrape_at_each_history_size_against_the_smallest(results_di
     assert "| 40,000 | 4 | 22.00 ms | 26.00 ms | 1.10 | 0 |" in text
     edit(results_dir, "history.json", lambda data: data.pop("scrapes"))  # results from before the scrapes
     assert "metrics scrape as history grows" not in "\n".join(sections.history_section(page.load(results_dir)))
+
+
+def test_the_dashboard_figures_from_the_rollups_beside_the_week_scans(results_dir):
+    text = "\n".join(sections.history_section(page.load(results_dir)))
+    assert "plus a job\nthat ran every second for a week (604,800 executions, 5-50 ms each, 1 % failed;" in text
+    assert "| from the rollups (the page now) | 8.00 ms | 1 |" in text
+    assert "| scanning each job's week (the page before) | 400.0 ms | 50.0 |" in text
+    assert "from the rollups 598,752 of 604,800 succeeded, median 27.6 ms\n" in text
+    assert "from its executions 598,752 of 604,800 succeeded, median 28.0 ms." in text
+    edit(results_dir, "history.json", lambda data: data.pop("figures"))  # results from before the rollups
+    assert "before and after the rollups" not in "\n".join(sections.history_section(page.load(results_dir)))

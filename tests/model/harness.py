@@ -180,7 +180,8 @@ def reset(jobs: Jobs) -> None:
     with connection.cursor() as cursor:
         cursor.execute(f"DELETE FROM {ALERT}")
         cursor.execute(f"DELETE FROM {EXE}")
-        cursor.execute(f"DELETE FROM {models.Tally._meta.db_table}")
+        for counts in (models.Tally, models.Hour, models.Durations):  # the trigger-kept counts of the jobs
+            cursor.execute(f"DELETE FROM {counts._meta.db_table}")
         cursor.execute(f"DELETE FROM {JOB}")
         cursor.execute(f"DELETE FROM {models.Lease._meta.db_table}")
     broker().delete(settings.CELERY_TASK_DEFAULT_QUEUE)
