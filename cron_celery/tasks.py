@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import difflib
+import functools
+import inspect
 import logging
 from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar, overload
@@ -24,6 +27,9 @@ HEADER_RERUN = "cron_rerun"
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+#: The declaration's own keywords (named parameters of ``cron_task`` and ``register_task``).
+DECLARATION_OPTIONS = ("name", "code", "pattern", "execution_pattern", "overlap", "timezone", "description",
+                       "schedule", "catch_up")
 #: Job options that ``cron_task`` and ``register_task`` take besides Celery's own.
 JOB_OPTIONS = ("max_retries", "retry_backoff", "retry_backoff_max", "retry_jitter", "retry_on",
                "retry_on_failure", "soft_time_limit", "time_limit", "notify", "alert_after", "alert_repeat")
@@ -216,12 +222,47 @@ class TrackedTask(celery.Task):  # type: ignore[type-arg]
         raise NotImplementedError(f"{type(self).__name__} must define execute(self, date)")
 
 
+#: Celery's own options that a job's task cannot take, and what to use instead (None: nothing).
+REFUSED_OPTIONS = {"autoretry_for": "retry_on", "dont_autoretry_for": "retry_on", "retry_kwargs": "max_retries",
+                   "acks_late": None, "reject_on_worker_lost": None}
+#: Names from other schedulers and habits, and the option they mean here.
+MEANT = {"timeout": "time_limit", "soft_timeout": "soft_time_limit", "retries": "max_retries",
+         "backoff": "retry_backoff", "tz": "timezone", "cron": "schedule"}
+#: Options of Celery's task decorator and of sending that are not attributes of its Task class.
+DECORATOR_OPTIONS = ("base", "bind", "shared", "lazy", "filter", "pydantic", "pydantic_strict", "pydantic_context",
+                     "pydantic_dump_kwargs", "queue", "exchange", "exchange_type", "routing_key", "delivery_mode",
+                     "compression", "store_eager_result", "task_name")
+#: Attributes of Celery's Task class that are not options.
+NOT_OPTIONS = ("app", "request", "request_stack", "from_config", "abstract", "job")
+
+
+@functools.cache
+def celery_options() -> frozenset[str]:
+    """The task options Celery accepts: its Task class's settable attributes and the decorator's
+    own, less those a cron job refuses."""
+    found = {key for key in dir(celery.Task) if not key.startswith("_") and key[0].islower()
+             and not isinstance(inspect.getattr_static(celery.Task, key), classmethod | staticmethod)
+             and not callable(inspect.getattr_static(celery.Task, key))}
+    return frozenset(found | set(DECORATOR_OPTIONS)) - set(NOT_OPTIONS) - set(REFUSED_OPTIONS) - set(JOB_OPTIONS)
+
+
 def _split_options(job: str, options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(Celery's task options, the job's retry, time-limit and alert policy)."""
-    for refused, instead in (("autoretry_for", "retry_on"), ("acks_late", None), ("reject_on_worker_lost", None)):
+    """(Celery's task options, the job's retry, time-limit and alert policy). Anything else is a
+    mistake (``max_retry=`` for ``max_retries=``) and refused, naming the closest known option:
+    Celery would keep it as a task attribute and the job would silently run without it."""
+    for refused, instead in REFUSED_OPTIONS.items():
         if refused in options:
             hint = f"use {instead}= instead" if instead else "cron jobs always acknowledge late, safely"
             raise exceptions.ImproperlyDeclared(f"{refused}= is not a cron job option ({hint}).", job=job)
+    known = celery_options() | set(JOB_OPTIONS)
+    unknown = sorted(key for key in options if key not in known)
+    if unknown:
+        key = unknown[0]
+        close = difflib.get_close_matches(key, sorted(known | set(DECLARATION_OPTIONS) | set(MEANT)), n=1, cutoff=0.6)
+        hint = f"did you mean {MEANT.get(close[0], close[0])}=?" if close else \
+            f"the job options are {', '.join(DECLARATION_OPTIONS + JOB_OPTIONS)}, besides Celery's task options"
+        raise exceptions.ImproperlyDeclared(
+            f"{key}= is neither a cron job option nor a Celery task option ({hint}).", job=job)
     policy = {key: options[key] for key in JOB_OPTIONS if key in options}
     rest = {key: value for key, value in options.items() if key not in policy}
     return rest, policy

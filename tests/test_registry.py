@@ -144,3 +144,36 @@ def test_an_invalid_schedule_or_catch_up_names_the_job(kwargs, fragment):
     with pytest.raises(exceptions.ImproperlyDeclared, match=fragment) as info:
         registry.declare(name="bad-sched", code="BS1", task_name="x", **kwargs)
     assert "'bad-sched'" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("option", "suggestion"),
+    [("max_retry", "max_retries"), ("timout", "time_limit"), ("timeout", "time_limit"), ("soft_timelimit", "soft_time_limit"),
+     ("retry_backof", "retry_backoff"), ("queu", "queue"), ("catchup", "catch_up"), ("colour", None)],
+)
+def test_a_misspelt_option_is_refused_at_declaration_naming_the_closest(option, suggestion):
+    """Before, Celery kept any unknown keyword as a task attribute: ``max_retry=3`` declared a
+    job that never retried, and nothing said so."""
+    def body(run: object) -> None:
+        return None
+
+    for declare in (lambda: cron_task(name=f"typo-{option}", code=f"TY-{option}", **{option: 3})(body),
+                    lambda: register_task(f"typo-c-{option}", f"TC-{option}", **{option: 3})(
+                        type("Typo", (TrackedTask,), {"execute": lambda self, date: None}))):
+        with pytest.raises(exceptions.ImproperlyDeclared) as info:
+            declare()
+        text = str(info.value)
+        assert f"{option}= is neither a cron job option nor a Celery task option" in text
+        assert (f"did you mean {suggestion}=?" in text) if suggestion else "the job options are" in text
+        assert not {f"typo-{option}", f"typo-c-{option}"} & {job.name for job in registry.all_jobs()}
+
+
+def test_celerys_real_task_options_still_reach_the_task():
+    def with_celery_options(run: object) -> None:
+        return None
+
+    task = cron_task(name="with-celery-options", code="WCO1", queue="billing", priority=3, rate_limit="10/m",
+                     ignore_result=True, throws=(KeyError,), expires=60)(with_celery_options)
+    assert (task.queue, task.priority, task.rate_limit, task.ignore_result, task.throws, task.expires) == (
+        "billing", 3, "10/m", True, (KeyError,), 60)
+    registry.unregister("with-celery-options")
