@@ -280,7 +280,7 @@ class HistoryChangeList(ChangeList):  # type: ignore[misc]
 
 @admin.register(models.CronExecution)
 class CronExecutionAdmin(ReadOnly):
-    list_display = ("status_badge", "task_name", "slot_shown", "run_number", "trigger", "skip_reason", "attempt",
+    list_display = ("status_badge", "task_name", "slot_shown", "run_shown", "trigger", "skip_reason", "attempt",
                     "duration", "short_message")
     list_filter = ("status", "trigger", "skip_reason", JobFilter)
     search_fields = ("task_code", "task_name", "celery_task_id")
@@ -325,9 +325,14 @@ class CronExecutionAdmin(ReadOnly):
     def slot_shown(self, row: models.CronExecution) -> SafeString:
         return dashboard.when(row.slot)
 
+    @admin.display(description="run", ordering="run_number")
+    def run_shown(self, row: models.CronExecution) -> str:
+        """A skip is no run of its slot: it shows as one, not as "run 2"."""
+        return "skip" if row.status == S.SKIPPED else f"#{row.run_number}"
+
     @admin.display(description="attempt")
-    def attempt(self, row: models.CronExecution) -> int:
-        return row.retry_count + 1
+    def attempt(self, row: models.CronExecution) -> int | str:
+        return "—" if row.status == S.SKIPPED else row.retry_count + 1
 
     @admin.display(description="message")
     def short_message(self, row: models.CronExecution) -> str:

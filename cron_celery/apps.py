@@ -1,6 +1,19 @@
 from __future__ import annotations
 
+import logging
+
 from django.apps import AppConfig
+
+#: Third-party loggers that say nothing an operator needs at INFO (pottery announces each Lua
+#: script it registers): set to WARNING unless the project's LOGGING gave them a level.
+QUIET_LOGGERS = ("pottery",)
+
+
+def quiet_loggers() -> None:
+    for name in QUIET_LOGGERS:
+        found = logging.getLogger(name)
+        if found.level == logging.NOTSET:
+            found.setLevel(logging.WARNING)
 
 
 class CronCeleryConfig(AppConfig):
@@ -24,6 +37,7 @@ class CronCeleryConfig(AppConfig):
         # The listeners of a run's start and end, in the order they hear of it.
         for listener in (alerts.OUTBOX, signals.SIGNALS, sentry.CRONS):
             events.subscribe(listener)
+        quiet_loggers()
         checks.register()
         checks.connect()
         shutdown.connect()

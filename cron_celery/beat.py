@@ -188,6 +188,27 @@ class Leadership:
 PlanKey = tuple[str, str, dt.datetime, str]
 
 
+
+def log_round(jobs: dict[int, dispatch.DueJob], decisions: list[dispatch.Decision], sent: int, missed: int,
+              seconds: float) -> None:
+    """One INFO line per dispatch round that found something due, one per job whose slots were
+    recorded MISSED (with why), and each slot at DEBUG."""
+    if not decisions:
+        return
+    logger.info("cron_celery beat: dispatched %d slot(s) of %d job(s) in %.0f ms (%d sent, %d recorded MISSED)",
+                sum(len(d.run) for d in decisions), len(decisions), seconds * 1000, sent, missed)
+    for decision in decisions:
+        job = jobs[decision.job_id]
+        for slot in decision.run:
+            logger.debug("cron_celery beat: %s %s dispatched", job.name, schedules.iso(slot))
+        if decision.missed:
+            logger.info("cron job %s: %d slot(s) recorded MISSED, %s to %s: not dispatched in time (the beat "
+                        "was not running or was behind), and catch_up=%s does not run them late", job.name,
+                        len(decision.missed), schedules.iso(min(decision.missed)), schedules.iso(max(decision.missed)),
+                        job.catch_up)
+            for slot in decision.missed:
+                logger.debug("cron_celery beat: %s %s recorded MISSED", job.name, schedules.iso(slot))
+
 def plan(row: dispatch.DueJob, now: dt.datetime, plans: dict[PlanKey, schedules.CatchUpPlan | None],
          parsed: dict[tuple[str, str], schedules.Schedule],
          problems: dict[int, str] | None = None) -> dispatch.Decision | None:
@@ -310,10 +331,14 @@ class Scheduler(DatabaseScheduler):  # type: ignore[misc]
             decisions = [decision for row in due if (decision := self.plan(row, now, plans, problems)) is not None]
             if problems:  # no longer due: they would come back every round, ahead of the others
                 schedule_problems.set_aside(problems)
+            began = time.monotonic()
             _advanced, to_publish, missed = dispatch.dispatch_many(decisions)
-            self.published += self.publish({row.job_id: row for row in due}, to_publish)
+            by_id = {row.job_id: row for row in due}
+            sent = self.publish(by_id, to_publish)
+            self.published += sent
             if missed:  # alerts for the outage, one per job
                 outcomes.missed(repairs.newest_missed([d.job_id for d in decisions if d.missed]))
+            log_round(by_id, decisions, sent, missed, time.monotonic() - began)
             if time.monotonic() > deadline:
                 return 0.0
 

@@ -88,13 +88,49 @@ def test_list_cron_tasks_shows_policies_and_the_last_execution():
     assert result.returncode == 0
     lines = result.stdout.splitlines()
     assert lines[0].split() == ["NAME", "CODE", "SCHEDULE", "PATTERN", "OVERLAP", "TIMEZONE", "NEXT", "SLOT",
-                                "LAST", "SLOT", "LAST", "STATUS"]
+                                "LATEST", "SLOT", "ITS", "OUTCOME"]
     row = next(line for line in lines if line.startswith("calc-commission"))
     assert row.split()[1:7] == ["A001", "-", "rerun_on_failure", "skip", "UTC", "-"]
     assert row.split()[-1] == "SUCCEEDED"
     assert next(line for line in lines if line.startswith("boom")).endswith("never run")
     nightly = next(line for line in lines if line.startswith("nightly-report")).split()
     assert nightly[2:7] == ["0", "2", "*", "*", "*"] and nightly[9] == "Europe/Amsterdam"
+
+
+def listed(name: str) -> str:
+    result = manage("list_cron_tasks")
+    assert result.returncode == 0, result.stderr
+    return next(line for line in result.stdout.splitlines() if line.startswith(name + " "))
+
+
+def test_list_cron_tasks_shows_the_latest_slots_outcome_not_the_last_row_written():
+    """Before: after a backfill of 11-29 the listing said LAST SLOT 11-29 although 12-01 had run,
+    and one enqueue of an old date that the broker refused turned LAST STATUS to FAILED."""
+    assert manage("run_cron_task", "calc-commission", "2026-12-01").returncode == 0
+    assert manage("run_cron_task", "calc-commission", "2026-11-29").returncode == 0  # a backfill, written later
+    refused = manage("run_cron_task", "calc-commission", "2026-11-20", "--enqueue",
+                     env=subprocess_env(REDIS_URL="redis://127.0.0.1:1/0"))
+    assert refused.returncode == 1  # a FAILED row of an older slot, written last
+    again = manage("run_cron_task", "calc-commission", "2026-12-01")  # a skip of the latest slot, run_number 2
+    assert again.returncode == 0 and "recorded as a skip" in again.stdout and "run #2" not in again.stdout
+    assert listed("calc-commission").split()[-3:] == ["2026-12-01", "00:00Z", "SUCCEEDED"]
+
+    CronJob.objects.filter(name="calc-commission").update(paused=True)
+    assert manage("run_cron_task", "calc-commission", "2026-12-02").returncode == 2  # refused: a skip only
+    assert listed("calc-commission").endswith("2026-12-02 00:00Z  SKIPPED (job paused)")
+
+
+def test_the_history_shows_a_skip_as_a_skip_not_as_a_second_run(admin_client):
+    assert manage("run_cron_task", "calc-commission", "2026-12-01").returncode == 0
+    assert manage("run_cron_task", "calc-commission", "2026-12-01").returncode == 0
+    skip = CronExecution.objects.get(task_name="calc-commission", status=Status.SKIPPED)
+    assert skip.run_number == 2  # the data keeps its number
+    page = admin_client.get(f"/admin/cron_celery/cronexecution/?job={skip.job_id}").content.decode()
+    cells = [row.split("</tr>")[0] for row in page.split('<tr')[2:]]
+    skipped = next(row for row in cells if "skipped" in row)
+    ran = next(row for row in cells if "succeeded" in row)
+    assert ">skip<" in skipped and ">#2<" not in skipped and ">—<" in skipped
+    assert ">#1<" in ran
 
 
 def test_a_date_runs_the_scheduled_slot_of_that_day_in_the_jobs_timezone():

@@ -1,13 +1,37 @@
-"""``manage.py list_cron_tasks``: the registered jobs, their policies and last execution."""
+"""``manage.py list_cron_tasks``: the registered jobs, their policies, and their latest slot's
+outcome (not the most recently written execution: a backfill of an older date, or one that
+could not be sent, does not hide what happened to the latest slot)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django.core.management.base import BaseCommand
+from django.db import connection
 from django.utils import timezone
 
 from cron_celery import enums, models, registry
+
+EXE, JOB = models.CronExecution._meta.db_table, models.CronJob._meta.db_table
+
+#: Each job's latest slot, and its outcome: the last run of it that was not a skip, or the skip
+#: when every run of it was one. Two index reads per job, whatever the history's size.
+LATEST = f"""
+SELECT j.code, e.slot, e.status, e.skip_reason
+FROM {JOB} AS j
+CROSS JOIN LATERAL (SELECT max(slot) AS slot FROM {EXE} WHERE job_id = j.id) AS latest
+CROSS JOIN LATERAL (SELECT slot, status, skip_reason FROM {EXE} WHERE job_id = j.id AND slot = latest.slot
+                    ORDER BY status = 'SKIPPED', run_number DESC LIMIT 1) AS e
+WHERE j.code = ANY(%s)
+"""
+
+
+def outcome(status: str, skip_reason: str) -> str:
+    """A skip reads as one ("SKIPPED (overlap)"), not as a run."""
+    if status != enums.Status.SKIPPED:
+        return status
+    reasons = {reason.value: reason.label.lower() for reason in enums.SkipReason}
+    return f"SKIPPED ({reasons[skip_reason]})" if skip_reason in reasons else "SKIPPED"
 
 
 class Command(BaseCommand):
@@ -18,21 +42,16 @@ class Command(BaseCommand):
         if not jobs:
             self.stdout.write("No cron jobs are registered (declare them in an app's tasks.py).")
             return
-        last: dict[str, models.CronExecution] = {}
-        for found in (
-            models.CronExecution.objects.filter(task_name__in=[job.name for job in jobs])
-            .exclude(status=enums.Status.SKIPPED)
-            .order_by("task_name", "-created_at", "-id")
-            .distinct("task_name")
-        ):
-            last[found.task_name] = found
+        with connection.cursor() as cursor:
+            cursor.execute(LATEST, [[job.code for job in jobs]])
+            latest = {code: (slot, outcome(status, reason)) for code, slot, status, reason in cursor.fetchall()}
         rows_by_code = {row.code: row for row in models.CronJob.objects.filter(code__in=[job.code for job in jobs])}
         now = timezone.now()
-        header = ("NAME", "CODE", "SCHEDULE", "PATTERN", "OVERLAP", "TIMEZONE", "NEXT SLOT", "LAST SLOT",
-                  "LAST STATUS")
+        header = ("NAME", "CODE", "SCHEDULE", "PATTERN", "OVERLAP", "TIMEZONE", "NEXT SLOT", "LATEST SLOT",
+                  "ITS OUTCOME")
         rows = [header]
         for job in jobs:
-            execution = last.get(job.name)
+            slot, status = latest.get(job.code, (None, "never run"))
             state = rows_by_code.get(job.code)
             schedule = job.schedule.expression if job.schedule else "-"
             upcoming = job.next_slot(now)
@@ -46,8 +65,8 @@ class Command(BaseCommand):
                 job.overlap.value,
                 job.timezone,
                 "paused" if state is not None and state.paused else f"{upcoming:%Y-%m-%d %H:%M}Z" if upcoming else "-",
-                f"{execution.slot:%Y-%m-%d %H:%M}Z" if execution else "-",
-                execution.status if execution else "never run",
+                f"{slot:%Y-%m-%d %H:%M}Z" if slot else "-",
+                status,
             ))
         widths = [max(len(str(row[i])) for row in rows) for i in range(len(header))]
         for row in rows:

@@ -59,7 +59,8 @@ class Command(BaseCommand):
         if outcome.frees_job:  # a run the workers' backfill or retries wait for may start now
             tasks.send_waiting(current_app, job)
         label = f"{job.name} {schedules.iso(slot)}"
-        where = f"(execution {outcome.execution_id}, run #{outcome.run_number})"
+        where = (f"(execution {outcome.execution_id}, recorded as a skip)" if outcome.status == enums.Status.SKIPPED
+                 else f"(execution {outcome.execution_id}, run #{outcome.run_number})")
         if outcome.status == enums.Status.SUCCEEDED:
             self.stdout.write(self.style.SUCCESS(
                 f"{label} succeeded {where}: {outcome.message.splitlines()[0] if outcome.message else 'ok'}"
