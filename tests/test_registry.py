@@ -149,7 +149,8 @@ def test_an_invalid_schedule_or_catch_up_names_the_job(kwargs, fragment):
 @pytest.mark.parametrize(
     ("option", "suggestion"),
     [("max_retry", "max_retries"), ("timout", "time_limit"), ("timeout", "time_limit"),
-     ("soft_timelimit", "soft_time_limit"), ("retry_backof", "retry_backoff"), ("queu", "queue"), ("catchup", "catch_up"), ("colour", None)],
+     ("soft_timelimit", "soft_time_limit"), ("retry_backof", "retry_backoff"), ("queu", "queue"),
+     ("catchup", "catch_up"), ("colour", None)],
 )
 def test_a_misspelt_option_is_refused_at_declaration_naming_the_closest(option, suggestion):
     """Before, Celery kept any unknown keyword as a task attribute: ``max_retry=3`` declared a
