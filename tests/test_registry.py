@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from celery import current_app
 
@@ -158,8 +160,9 @@ def test_a_misspelt_option_is_refused_at_declaration_naming_the_closest(option, 
     def body(run: object) -> None:
         return None
 
-    for declare in (lambda: cron_task(name=f"typo-{option}", code=f"TY-{option}", **{option: 3})(body),
-                    lambda: register_task(f"typo-c-{option}", f"TC-{option}", **{option: 3})(
+    given: dict[str, Any] = {option: 3}
+    for declare in (lambda: cron_task(name=f"typo-{option}", code=f"TY-{option}", **given)(body),
+                    lambda: register_task(f"typo-c-{option}", f"TC-{option}", **given)(
                         type("Typo", (TrackedTask,), {"execute": lambda self, date: None}))):
         with pytest.raises(exceptions.ImproperlyDeclared) as info:
             declare()
