@@ -193,6 +193,16 @@ def test_a_beat_down_for_several_slots_catches_up_by_each_jobs_policy(tmp_path, 
     ran = Counter(line.split()[0] for line in marked(marker))
     for name in jobs:
         assert ran[name] == CronExecution.objects.filter(task_name=name, status=Status.SUCCEEDED).count()
+    # What the operator reads at INFO: a line per dispatch round, and the MISSED slots with why;
+    # none of pottery's "Registering Redlock._acquired_script" in the beat's or the worker's log.
+    log = beat_log(tmp_path, 0)
+    assert re.search(r"INFO/\w+\] cron_celery beat: dispatched \d+ slot\(s\) of \d+ job\(s\) in \d+ ms", log), log
+    for name, policy in (("catch-up-none", "none"), ("catch-up-latest", "latest")):
+        assert re.search(rf"INFO/\w+\] cron job {name}: \d+ slot\(s\) recorded MISSED, \S+ to \S+: not dispatched "
+                         rf"in time .* catch_up={policy} does not run them late", log), log
+    logs = {path.name: path.read_text(errors="replace") for path in tmp_path.glob("*.log")}
+    assert any(name.startswith("fault-") for name in logs) and "beat-0.log" in logs
+    assert not [name for name, text in logs.items() if "Registering Redlock" in text]
 
 
 def test_admin_edits_reach_a_running_beat_without_a_restart(tmp_path, marker, admin_client):
