@@ -109,21 +109,23 @@ def seed(jobs: int, rows: int, busy: int) -> None:
             """
         )
         busy_id = cursor.fetchone()[0]
+        cursor.execute("SELECT date_trunc('second', now())")  # one anchor for every statement's slots
+        anchor = cursor.fetchone()[0]
         for first in range(1, busy + 1, 100_000):
             cursor.execute(
                 f"""
                 INSERT INTO {exe} (job_id, task_code, task_name, slot, execution_date, run_number, status, trigger,
                     skip_reason, forced, created_at, started, ended, completed, success, message, error_code,
                     traceback, retry_count, celery_task_id, worker, fence)
-                SELECT %s, 'J0', 'job-0000', date_trunc('second', now()) - make_interval(secs => g),
-                       (now() - make_interval(secs => g))::date, 1,
+                SELECT %s, 'J0', 'job-0000', %s::timestamptz - make_interval(secs => g),
+                       (%s::timestamptz - make_interval(secs => g))::date, 1,
                        CASE WHEN g %% 100 = 0 THEN 'FAILED' ELSE 'SUCCEEDED' END, 'BEAT', '', false, now(),
-                       now() - make_interval(secs => g + (5 + (g * 37) %% 46) / 1000.0),
-                       now() - make_interval(secs => g), true, g %% 100 <> 0, 'done', '', '', 0,
+                       %s::timestamptz - make_interval(secs => g + (5 + (g * 37) %% 46) / 1000.0),
+                       %s::timestamptz - make_interval(secs => g), true, g %% 100 <> 0, 'done', '', '', 0,
                        md5('busy-' || g), 'bench-worker', g
                 FROM generate_series(%s, %s) AS g
                 """,
-                [busy_id, first, min(first + 99_999, busy)],
+                [busy_id, anchor, anchor, anchor, anchor, first, min(first + 99_999, busy)],
             )
         cursor.execute(f"ANALYZE {exe}")
         cursor.execute(f"ANALYZE {job}")

@@ -177,7 +177,9 @@ def lock_prefix() -> str:
     configured = get().LOCK.get("PREFIX")
     if configured:
         return str(configured)
-    return f"cron_celery:{django_settings.DATABASES['default']['NAME']}"
+    # A project without a database (DATABASES = {}, or only other aliases) names no default one.
+    default = (getattr(django_settings, "DATABASES", None) or {}).get("default") or {}
+    return f"cron_celery:{default.get('NAME', '')}"
 
 
 def celery_visibility_timeout() -> float | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import datetime as dt
 import itertools
 import json
@@ -10,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -163,14 +165,20 @@ def queue() -> Iterator[Queue]:
 
 def debian_tool(path: str, package: str, needed_for: str) -> str:
     """``path``, installed from Debian's ``package`` with apt-get when it is missing (as on a fresh
-    machine); a tool that cannot be had fails the test, never skips it."""
-    if not Path(path).exists():
-        apt = shutil.which("apt-get")
-        assert apt is not None, f"Debian's {package} is needed for {needed_for} and apt-get is missing"
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        result = subprocess.run([apt, "install", "-y", "-q", package], env=env,
-                                capture_output=True, text=True, timeout=900, check=False)
-        assert Path(path).exists(), f"could not install {package}:\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}"
+    machine); a tool that cannot be had fails the test, never skips it. The two Django lines run
+    side by side and may both want one: installs take a lock of ours, and apt waits for dpkg's."""
+    if Path(path).exists():
+        return path
+    apt = shutil.which("apt-get")
+    assert apt is not None, f"Debian's {package} is needed for {needed_for} and apt-get is missing"
+    with open(Path(tempfile.gettempdir()) / "cron-celery-tests-apt.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not Path(path).exists():  # another line may have installed it meanwhile
+            env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+            result = subprocess.run([apt, "-o", "DPkg::Lock::Timeout=600", "install", "-y", "-q", package],
+                                    env=env, capture_output=True, text=True, timeout=900, check=False)
+            assert Path(path).exists(), \
+                f"could not install {package}:\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}"
     return path
 
 

@@ -123,3 +123,26 @@ def test_jobs_that_allow_overlap_take_no_lock(master):
     assert locks.for_job(allow) is None
     assert isinstance(locks.for_job(skip), locks.JobLock)
     assert isinstance(locks.for_job(limited), locks.JobLock)
+
+
+def test_a_lock_works_in_a_process_whose_settings_name_no_database(master):
+    """``cron_celery.lock`` in a script configured without DATABASES (Django's default: none).
+    Before, naming its Redis key read DATABASES["default"] and raised KeyError (the lock benchmark
+    configures Django so)."""
+    import subprocess
+    import sys
+
+    code = f"""
+import django
+from django.conf import settings
+settings.configure(INSTALLED_APPS=[], USE_TZ=True, SECRET_KEY="x",
+                   CRON_CELERY={{"LOCK": {{"MASTERS": ["{master.url}"], "TTL": 5}}}})
+django.setup()
+import cron_celery
+from cron_celery import conf
+with cron_celery.lock("no-database-{uuid.uuid4().hex[:8]}"):
+    print("held", conf.lock_prefix())
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["held", "cron_celery:"]
