@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import datetime as dt
+import fcntl
 import itertools
 import json
 import os
