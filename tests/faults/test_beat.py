@@ -193,6 +193,13 @@ def test_a_beat_down_for_several_slots_catches_up_by_each_jobs_policy(tmp_path, 
     ran = Counter(line.split()[0] for line in marked(marker))
     for name in jobs:
         assert ran[name] == CronExecution.objects.filter(task_name=name, status=Status.SUCCEEDED).count()
+    # django-celery-beat's Periodic tasks page tells the truth: when the beat last sent each job's
+    # slot, and how many it sent (before: "Last Run Datetime: -" and 0, however often it ran).
+    for name in jobs:
+        task = CronJob.objects.get(name=name).periodic_task
+        sent = CronExecution.objects.filter(task_name=name).exclude(status=Status.MISSED)
+        assert task is not None and task.total_run_count == sent.count() > 0, (name, task and task.total_run_count)
+        assert task.last_run_at is not None and task.last_run_at >= max(row.created_at for row in sent)
     # What the operator reads at INFO: a line per dispatch round, and the MISSED slots with why;
     # none of pottery's "Registering Redlock._acquired_script" in the beat's or the worker's log.
     log = beat_log(tmp_path, 0)
