@@ -41,6 +41,8 @@ from cron_celery import (
 )
 
 logger = logging.getLogger(__name__)
+#: Marks the record of a run's outcome (``run_cron_task`` prints the outcome itself).
+OUTCOME = "cron_outcome"
 S = enums.Status
 HOSTNAME = socket.gethostname()
 
@@ -484,7 +486,7 @@ def execute(
         status = FENCED
     else:
         log = logger.info if status == S.SUCCEEDED else logger.warning
-        log("%s %s %s: %s", job.name, schedules.iso(slot), status, message[:200], extra=extra)
+        log("%s %s %s: %s", job.name, schedules.iso(slot), status, message[:200], extra={**extra, OUTCOME: True})
     return Outcome(job=job.name, slot=slot, status=status, execution_id=claim.execution_id,
                    run_number=claim.run_number, message=message, error_code=code,
                    result=stored, exc=error, frees_job=True)

@@ -7,7 +7,7 @@ import datetime as dt
 import pytest
 
 from cron_celery.models import CronExecution, CronJob, SkipReason, Status, Trigger
-from tests.conftest import manage, marked, subprocess_env
+from tests.conftest import ROOT, manage, marked, subprocess_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -55,6 +55,21 @@ def test_a_failure_exits_1_with_one_line_and_no_traceback():
     # RERUN_ON_FAILURE: the same slot runs again and can succeed now
     assert manage("run_cron_task", "sync-external-api", "2026-11-29").returncode == 0
     assert CronExecution.objects.filter(task_name="sync-external-api", status=Status.SUCCEEDED).count() == 1
+
+
+def test_a_failure_is_printed_once_in_a_project_without_logging_settings(tmp_path):
+    """A new project names no handler for cron_celery's records. Before, Python's last resort
+    printed the run's outcome to stderr and the command's error said it again."""
+    (tmp_path / "bare_settings.py").write_text(
+        "from tests.settings import *  # noqa: F403\n"
+        "LOGGING = {'version': 1, 'disable_existing_loggers': False}\n", encoding="utf-8")
+    env = subprocess_env(CRON_TEST_SYNC_FAILS="1", DJANGO_SETTINGS_MODULE="bare_settings",
+                         PYTHONPATH=f"{tmp_path}:{ROOT}")
+    result = manage("run_cron_task", "sync-external-api", "2026-11-29", env=env)
+    assert result.returncode == 1
+    said = result.stdout + result.stderr
+    assert said.count("partner API returned 503") == 1, said
+    assert "sync-external-api 2026-11-29T00:00:00Z failed" in result.stderr
 
 
 @pytest.mark.parametrize(

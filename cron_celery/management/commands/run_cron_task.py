@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import logging
+import sys
+from collections.abc import Iterator
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -13,6 +17,30 @@ from cron_celery import enums, exceptions, registry, runs, schedule_sync, schedu
 EXIT_OK, EXIT_FAILED, EXIT_REFUSED = 0, 1, 2
 REFUSED = {enums.SkipReason.ALREADY_RUNNING, enums.SkipReason.OVERLAP,
            enums.SkipReason.PAUSED, enums.SkipReason.LOCK_UNAVAILABLE}
+
+
+class _NotTheOutcome(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not getattr(record, runs.OUTCOME, False)
+
+
+@contextlib.contextmanager
+def said_once() -> Iterator[None]:
+    """In a project whose logging names no handler for cron_celery's records, Python's last
+    resort would print the run's outcome to stderr and the command would print it again: while
+    the run goes on, warnings go to stderr as before, less the outcome, which the command says."""
+    found = logging.getLogger("cron_celery")
+    if found.hasHandlers():  # the project's logging decides; its handlers keep every record
+        yield
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(logging.WARNING)
+    handler.addFilter(_NotTheOutcome())
+    found.addHandler(handler)
+    try:
+        yield
+    finally:
+        found.removeHandler(handler)
 
 
 class Command(BaseCommand):
@@ -52,10 +80,11 @@ class Command(BaseCommand):
         if task is None:
             raise self.fail(f"Job {job.name!r} has no Celery task {job.task_name!r}.")
         trigger = enums.Trigger.MANUAL
-        outcome = runs.execute(
-            job, slot, lambda run: runs.call_job(task.run, run), trigger=trigger,
-            force=options["force"], rerun=options["rerun"],
-        )
+        with said_once():
+            outcome = runs.execute(
+                job, slot, lambda run: runs.call_job(task.run, run), trigger=trigger,
+                force=options["force"], rerun=options["rerun"],
+            )
         if outcome.frees_job:  # a run the workers' backfill or retries wait for may start now
             tasks.send_waiting(current_app, job)
         label = f"{job.name} {schedules.iso(slot)}"
