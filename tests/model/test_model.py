@@ -306,6 +306,15 @@ class Protocol(RuleBasedStateMachine):
                 if problem:
                     break
             if not problem:
+                # Both orders may agree on what each delivery did and still differ in what they
+                # left behind: two give-ups of one job (it was paused) write their final rows in
+                # the order the job's row lock let them, and only the first one alerts. The order
+                # taken is the one whose whole state the rows show.
+                try:
+                    check(trial, self.jobs)
+                except AssertionError as disagreement:
+                    problem = f"after order {order}: {disagreement}"
+            if not problem:
                 self.model = trial
                 return
             problems.append(problem)
