@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
+import zoneinfo
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,18 +17,31 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.contrib.admin.views.main import ChangeList
+from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db import connection
 from django.db.models import QuerySet
 from django.db.models.functions import Now
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.template.response import TemplateResponse
-from django.urls import reverse
+from django.urls import path, reverse
+from django.utils import timezone
 from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from cron_celery import alerts, backfill, dashboard, enums, exceptions, models, outcomes, registry, tasks
+from cron_celery import (
+    alerts,
+    backfill,
+    dashboard,
+    enums,
+    exceptions,
+    models,
+    outcomes,
+    registry,
+    tasks,
+    upcoming,
+)
 
 S = enums.Status
 
@@ -101,6 +115,24 @@ class CronJobAdmin(ReadOnly):
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
         return super().changelist_view(request, {"title": "Cron jobs", "check_errors": dashboard.check_errors(),
                                                  **(extra_context or {})})
+
+    def get_urls(self) -> list[Any]:
+        view = self.admin_site.admin_view(self.upcoming_view)
+        return [path("upcoming/", view, name="cron_celery_cronjob_upcoming"), *super().get_urls()]
+
+    def upcoming_view(self, request: HttpRequest) -> HttpResponse:
+        """The next hour of slots across all jobs: what is about to run."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        plan = upcoming.upcoming(timezone.now())
+        history = reverse("admin:cron_celery_cronexecution_changelist")
+        rows = [{"at": dashboard.when(slot.at), "overdue": slot.overdue, "name": slot.job.name, "code": slot.job.code,
+                 "local": _local(slot.at, slot.job), "words": dashboard.describe(slot.job.schedule),
+                 "expression": slot.job.schedule, "history": f"{history}?job={slot.job.id}"} for slot in plan.slots]
+        return TemplateResponse(request, "admin/cron_celery/upcoming.html", {
+            **self.admin_site.each_context(request), "title": "Upcoming: the next hour of slots", "plan": plan,
+            "rows": rows, "per_job": upcoming.PER_JOB, "max_jobs": upcoming.MAX_JOBS, "opts": self.model._meta,
+        })
 
     @admin.display(description="job", ordering="name")
     def job_name(self, job: models.CronJob) -> SafeString:
@@ -207,6 +239,17 @@ class CronJobAdmin(ReadOnly):
             "action": "backfill_range", "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
             "opts": self.model._meta,
         })
+
+
+def _local(slot: dt.datetime, job: models.CronJob) -> str:
+    """A slot in the job's schedule timezone ("09:30 Europe/Amsterdam"); UTC jobs get a dash."""
+    zone = job.schedule_timezone or job.timezone
+    if zone in ("", "UTC"):
+        return "—"
+    try:
+        return f"{slot.astimezone(zoneinfo.ZoneInfo(zone)):%H:%M:%S} {zone}"
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        return zone
 
 
 def _backfill_said(job: models.CronJob, started: backfill.Started, done: int) -> SafeString:

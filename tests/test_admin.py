@@ -265,3 +265,42 @@ def test_the_admin_is_read_only(admin_client):
     assert admin_client.post(f"{HISTORY}{execution.id}/change/", {}).status_code == 403
     assert admin_client.get(f"{HISTORY}add/").status_code == 403
     assert submit is not None  # the admin-form helper stays importable for the browser tests
+
+
+def test_the_upcoming_page_lists_the_next_hour_of_slots_across_jobs(admin_client):
+    """Unpaused jobs' slots within the hour, in time order, with the schedule in words; a job that
+    runs every second shows its first few and how many more; paused and later jobs are left out."""
+    from cron_celery import upcoming
+
+    schedule_sync.sync()
+    now = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    CronJob.objects.update(next_run_at=now + dt.timedelta(hours=2))  # all later, but for these:
+    CronJob.objects.filter(name="catch-up-latest").update(next_run_at=now + dt.timedelta(minutes=10), paused=True)
+    CronJob.objects.filter(name="tick-2s").update(next_run_at=now + dt.timedelta(seconds=4))
+    CronJob.objects.filter(name="tick-1s").update(next_run_at=now - dt.timedelta(seconds=3))  # the beat is behind
+    nightly = CronJob.objects.get(name="nightly-report")
+    CronJob.objects.filter(id=nightly.id).update(next_run_at=now + dt.timedelta(minutes=30))
+    dashboard_page = admin_client.get(DASHBOARD).content.decode()
+    assert "/admin/cron_celery/cronjob/upcoming/" in dashboard_page
+    page = admin_client.get("/admin/cron_celery/cronjob/upcoming/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    table = html.split('id="upcoming"')[1].split("</table>")[0]
+    names = [cell.split("</a>")[0].rsplit(">", 1)[1] for cell in table.split("<td><a href=")[1:]]
+    assert names[:upcoming.PER_JOB + 1] == ["tick-1s"] * upcoming.PER_JOB + ["tick-2s"]  # in time order
+    assert names.count("tick-1s") == names.count("tick-2s") == upcoming.PER_JOB
+    assert names[-1] == "nightly-report" and "hourly-exclusive" not in names and "catch-up-latest" not in names
+    assert 3 <= table.count("due, not sent yet") <= 4  # tick-1s: the slots already due (the page reads now later)
+    assert "every 2 seconds" in table and "every day at 02:00" in table and "Europe/Amsterdam" in table
+    more = int(html.split("tick-1s</strong>: ")[1].split(" more slots")[0])
+    assert 3600 - upcoming.PER_JOB <= more <= 3604 - upcoming.PER_JOB  # an hour of seconds, less those listed
+
+
+def test_the_upcoming_page_needs_the_view_permission(client):
+    from django.contrib.auth import get_user_model
+
+    staff = get_user_model().objects.create_user("no-view", password="x", is_staff=True)
+    client.force_login(staff)
+    assert client.get("/admin/cron_celery/cronjob/upcoming/").status_code == 403
+    staff.user_permissions.add(Permission.objects.get(codename="view_cronjob"))
+    assert client.get("/admin/cron_celery/cronjob/upcoming/").status_code == 200
