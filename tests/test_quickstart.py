@@ -1,45 +1,55 @@
-"""docs/quickstart.md works as written: its Python blocks are the files of a project that
-runs its job end to end, and its shell commands name commands that exist.
+"""docs/quickstart.md works as written: followed top to bottom, in a new directory, with real
+processes — the page is the script of this test, so it cannot drift from what works.
 
-Each Python block of the page follows a ``<!-- snippet: NAME -->`` line. The ``settings``
-block is executed on top of what ``startproject`` writes and checked against what
-cron_celery needs; ``urls``, ``celery``, ``celery-init`` and ``tasks`` become the files of
-a ``proj`` package and a ``billing`` app, imported into this test process; the page's
-``manage.py`` commands then run against the test database, the admin shows the job, and the
-``history`` block reads the rows.
+The page's fenced blocks are read in order. A ``sh`` line is run (``django-admin startproject``,
+``cd``, ``psql``/``createdb``, ``export``, every ``manage.py`` command, ``curl``) or started
+and left running (the worker, the beat, ``runserver``); a Python block whose first line names
+a file (``# proj/urls.py``) becomes that file, or is appended to it (``# proj/settings.py: add
+at the end``); the ``history`` block is fed to ``manage.py shell``; a ``text`` block is the
+output the ``sh`` block before it printed, digits aside. A line the test does not know how
+to follow fails it: a new step on the page needs a rule here.
+
+Where it differs from a newcomer's run, and why: cron_celery is already installed in this
+virtual environment from the checkout (its ``pip install`` line is checked, not run); the
+database and role are named for this test line and the broker queue too (both Django lines
+share one PostgreSQL and Redis), by a line appended after the page's settings;
+``createsuperuser`` gets its answers and ``runserver`` a free port.
 """
 
 from __future__ import annotations
 
-import importlib
-import io
+import dataclasses
+import http.cookiejar
+import json
+import os
 import re
 import shlex
+import signal
+import subprocess
 import sys
 import tomllib
+import urllib.parse
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
-from celery import _state as celery_state
-from celery import current_app
 from celery.beat import Scheduler
-from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.core import checks
-from django.core.management import call_command, get_commands
-from django.core.management.base import CommandError
+from django.core.management import get_commands
 from django.test import override_settings
 from django.utils.module_loading import import_string
 
-from cron_celery import conf, registry
-from cron_celery.models import CronExecution, CronJob, Status, Trigger
-from tests.conftest import ROOT, Queue
+from cron_celery import conf
+from tests.conftest import ROOT, wait_for
+from tests.redis_servers import free_port
 
 PAGE = ROOT / "docs" / "quickstart.md"
 FENCE = re.compile(r"^```(\w[\w-]*)?[ \t]*$")
 MARKER = re.compile(r"^<!-- snippet: ([\w-]+) -->$")
+FILE_LINE = re.compile(r"^# (?P<path>[\w/]+\.py)(?P<append>: add at the end)?$")
 #: What ``django-admin startproject`` puts in INSTALLED_APPS (Django 5.2 and 6.0).
 STARTPROJECT_APPS = [
     "django.contrib.admin",
@@ -49,13 +59,21 @@ STARTPROJECT_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
 ]
-#: Commands of the page that are safe to run here, in the page's order.
-RUNNABLE = {"run_cron_task", "sync_cron_schedules", "list_cron_tasks"}
+#: The database and role of the followed page (its ``proj``), one per test line.
+NAME = f"{os.environ.get('CRON_TEST_DATABASE_PREFIX', 'cron_celery')}_quickstart"
+ADMIN_PASSWORD = "not-a-secret-quickstart"
 
 
-def blocks() -> list[tuple[str, str, str]]:
-    """(info string, snippet name or "", code) of every fenced block, in page order."""
-    found: list[tuple[str, str, str]] = []
+@dataclasses.dataclass(frozen=True)
+class Block:
+    info: str  # the fence's language: sh, python, text
+    name: str  # the snippet name of a Python block, else ""
+    code: str
+
+
+def blocks() -> list[Block]:
+    """Every fenced block of the page, in page order."""
+    found: list[Block] = []
     lines = PAGE.read_text(encoding="utf-8").splitlines()
     i = 0
     while i < len(lines):
@@ -65,58 +83,63 @@ def blocks() -> list[tuple[str, str, str]]:
             continue
         marker = MARKER.match(lines[i - 1]) if i else None
         end = next(j for j in range(i + 1, len(lines)) if lines[j].startswith("```"))
-        found.append((opening.group(1) or "", marker.group(1) if marker else "", "\n".join(lines[i + 1:end]) + "\n"))
+        found.append(Block(opening.group(1) or "", marker.group(1) if marker else "",
+                           "\n".join(lines[i + 1:end]) + "\n"))
         i = end + 1
     return found
 
 
 def snippet(name: str) -> str:
-    """The code of the named snippet (several blocks of one name are one file)."""
-    parts = [code for info, marked, code in blocks() if marked == name]
-    assert parts, f"docs/quickstart.md has no <!-- snippet: {name} --> block"
-    return "\n\n".join(parts)
+    parts = [block.code for block in blocks() if block.name == name]
+    assert len(parts) == 1, f"docs/quickstart.md has {len(parts)} <!-- snippet: {name} --> blocks"
+    return parts[0]
+
+
+def commands(code: str) -> list[str]:
+    """The command lines of a ``sh`` block, without comments."""
+    return [line.split("  #")[0].strip() for line in code.splitlines()
+            if line.strip() and not line.lstrip().startswith("#")]
 
 
 def shell_lines() -> list[str]:
-    """Every command of the page's ``sh`` blocks, without comments."""
-    lines = []
-    for info, _name, code in blocks():
-        if info == "sh":
-            lines += [line.split("  #")[0].strip() for line in code.splitlines()
-                      if line.strip() and not line.lstrip().startswith("#")]
-    return lines
+    return [line for block in blocks() if block.info == "sh" for line in commands(block.code)]
 
 
 def manage_commands() -> list[list[str]]:
     return [shlex.split(line)[2:] for line in shell_lines() if line.startswith("python manage.py ")]
 
 
+def shape(sample: str) -> re.Pattern[str]:
+    """A sample output as a pattern: the same text, any digits where it has digits."""
+    return re.compile(r"\d+".join(re.escape(part) for part in re.split(r"\d+", sample.strip())))
+
+
 # --- the page itself ------------------------------------------------------------------------
 
 def test_every_python_block_is_a_named_snippet_and_compiles():
-    python = [(name, code) for info, name, code in blocks() if info == "python"]
-    assert {name for name, _code in python} == {"settings", "urls", "celery", "celery-init", "tasks", "history"}
-    for name, code in python:
-        compile(code, f"quickstart:{name}", "exec")
+    python = [block for block in blocks() if block.info == "python"]
+    assert [block.name for block in python] == ["settings", "urls", "celery", "celery-init", "tasks", "history"]
+    for block in python:
+        compile(block.code, f"quickstart:{block.name}", "exec")
+        first = block.code.splitlines()[0]
+        assert block.name == "history" or FILE_LINE.match(first), f"{block.name}: {first!r} names no file"
 
 
 def test_the_shell_commands_exist():
     lines = shell_lines()
-    commands = get_commands()
+    known = get_commands()
     for args in manage_commands():
-        assert args[0] in commands, f"quickstart: manage.py has no command {args[0]!r}"
-    assert {"migrate", "createsuperuser", "runserver", "run_cron_task", "sync_cron_schedules"} <= {
-        args[0] for args in manage_commands()}
-    pip = [line for line in lines if line.startswith("pip install ")]
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["name"]
-    assert pip and shlex.split(pip[0])[2] == project
+        assert args[0] in known, f"quickstart: manage.py has no command {args[0]!r}"
+    assert {"migrate", "createsuperuser", "runserver", "run_cron_task", "sync_cron_schedules", "list_cron_tasks",
+            "startapp"} <= {args[0] for args in manage_commands()}
     beat = [shlex.split(line) for line in lines if line.startswith("celery -A proj beat")]
     assert beat and beat[0][beat[0].index("-S") + 1] == "cron_celery.beat.Scheduler"
     assert issubclass(import_string(beat[0][beat[0].index("-S") + 1]), Scheduler)
     assert any(line.startswith("celery -A proj worker") for line in lines)
 
 
-def test_the_settings_snippet_configures_what_cron_celery_needs():
+def test_the_settings_snippet_configures_what_cron_celery_needs(monkeypatch):
+    monkeypatch.setenv("CRON_TOKEN", "t" * 43)
     namespace: dict[str, Any] = {"INSTALLED_APPS": list(STARTPROJECT_APPS)}
     exec(compile(snippet("settings"), "quickstart:settings", "exec"), namespace)
     apps = namespace["INSTALLED_APPS"]
@@ -134,93 +157,228 @@ def test_the_settings_snippet_configures_what_cron_celery_needs():
     assert problems == [], [f"{problem.id}: {problem.msg}" for problem in problems]
 
 
-# --- the project it describes, end to end ---------------------------------------------------
+# --- the page, followed -----------------------------------------------------------------------
+
+def _superuser_sql(statement: str) -> None:
+    with psycopg.connect(host="127.0.0.1", port=5432, user="postgres", dbname="postgres", autocommit=True) as conn:
+        conn.execute(statement)
+
+
+def _drop_database() -> None:
+    _superuser_sql(f'DROP DATABASE IF EXISTS "{NAME}" WITH (FORCE)')
+    _superuser_sql(f'DROP ROLE IF EXISTS "{NAME}"')
+
+
+class Follower:
+    """Follows the page's blocks in a new directory, as a person at a terminal would."""
+
+    def __init__(self, home: Path) -> None:
+        self.cwd = home
+        self.env = {key: value for key, value in os.environ.items()
+                    if not key.startswith(("CRON_", "DJANGO_", "CELERY_", "PYTHONPATH"))}
+        self.env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{self.env['PATH']}"
+        self.env["DJANGO_SUPERUSER_PASSWORD"] = ADMIN_PASSWORD
+        self.port = free_port()
+        self.running: dict[str, subprocess.Popen[str]] = {}
+        self.logs = home / "logs"
+        self.logs.mkdir()
+        self.last_output = ""  # what the last sh block printed
+        self.outputs: list[tuple[str, str]] = []  # (line, output) of every line run
+
+    # ---- running what the page says ------------------------------------------------------
+
+    def run(self, line: str, *, check: bool = True) -> str:
+        done = subprocess.run(["bash", "-c", line], cwd=self.cwd, env=self.env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, timeout=180, check=False)
+        assert done.returncode == 0 or not check, f"{line!r} exited {done.returncode}:\n{done.stdout}"
+        self.outputs.append((line, done.stdout))
+        return done.stdout
+
+    def start(self, name: str, line: str) -> None:
+        log = (self.logs / f"{name}.log").open("w")
+        self.running[name] = subprocess.Popen(["bash", "-c", f"exec {line}"], cwd=self.cwd, env=self.env,
+                                              stdout=log, stderr=subprocess.STDOUT, text=True,
+                                              start_new_session=True)
+
+    def log(self, name: str) -> str:
+        return (self.logs / f"{name}.log").read_text(encoding="utf-8", errors="replace")
+
+    def stop(self) -> None:
+        for proc in self.running.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in self.running.values():
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+
+    def rows(self, sql: str) -> list[tuple[Any, ...]]:
+        with psycopg.connect(host="127.0.0.1", port=5432, user="postgres", dbname=NAME) as conn:
+            return conn.execute(sql).fetchall()
+
+    # ---- the blocks ----------------------------------------------------------------------
+
+    def block(self, block: Block) -> None:
+        if block.info == "sh":
+            self.last_output = "".join(self.line(line) for line in commands(block.code))
+        elif block.info == "python":
+            self.python(block)
+        elif block.info == "text":
+            assert shape(block.code).fullmatch(self.last_output.strip()), (
+                f"the page's sample output\n{block.code}\nis not what the commands printed:\n{self.last_output}")
+        else:
+            raise AssertionError(f"a {block.info!r} block the test cannot follow:\n{block.code}")
+
+    def python(self, block: Block) -> None:
+        if block.name == "history":
+            self.last_output = self.run(f"python manage.py shell <<'EOF'\n{block.code}EOF")
+            return
+        found = FILE_LINE.match(block.code.splitlines()[0])
+        assert found, f"{block.name}: the first line names no file"
+        path = self.cwd / found["path"]
+        if found["append"]:
+            path.write_text(path.read_text(encoding="utf-8") + "\n" + block.code, encoding="utf-8")
+        else:
+            path.write_text(block.code, encoding="utf-8")
+        if found["path"] == "proj/settings.py":  # this test's own database, role and broker queue
+            with path.open("a", encoding="utf-8") as settings_file:
+                settings_file.write(f'\nDATABASES["default"].update(NAME="{NAME}", USER="{NAME}")\n'
+                                    f'CELERY_TASK_DEFAULT_QUEUE = "{NAME}"\n')
+
+    def line(self, line: str) -> str:
+        words = shlex.split(line)
+        if line in ("python3 -m venv .venv", ". .venv/bin/activate"):
+            return ""  # this test runs in a virtual environment already
+        if words[:2] == ["pip", "install"]:
+            assert words[2:] == ["/path/to/cron_celery"], line  # installed from the checkout, as here
+            return ""
+        if words[0] == "cd":
+            self.cwd = self.cwd / words[1]
+            return ""
+        if words[0] in ("psql", "createdb"):
+            return self.run(re.sub(r"\bproj\b", NAME, line))
+        if words[0] == "export":
+            variable = words[1].split("=", 1)[0]
+            value = self.run(f'{line}\nprintf %s "${variable}"')
+            assert len(value) >= 32, value
+            self.env[variable] = value
+            return ""
+        if words[:3] == ["celery", "-A", "proj"]:
+            return self.celery(words[3], line)
+        if words[:2] == ["python", "manage.py"]:
+            return self.manage(words[2], line)
+        if words[0] == "curl":
+            return self.curl(line)
+        if words[0] == "django-admin":
+            return self.run(line)
+        raise AssertionError(f"the page has a command the test does not know how to follow: {line!r}")
+
+    def manage(self, command: str, line: str) -> str:
+        if command == "createsuperuser":
+            return self.run(f"{line} --noinput --username admin --email admin@example.com")
+        if command == "runserver":
+            self.start("runserver", f"{line} 127.0.0.1:{self.port} --noreload")
+            wait_for(lambda: self._answers("/admin/login/"), 60, "runserver to answer")
+            return ""
+        if command == "run_cron_task" or "||" in line:
+            return self.run(line, check="||" in line)
+        return self.run(line)
+
+    def celery(self, role: str, line: str) -> str:
+        self.start(role, line)
+        if role == "beat":  # a person waits for the next minute; so does the test
+            wait_for(lambda: bool(self.rows(
+                "SELECT 1 FROM cron_celery_cronexecution WHERE task_name = 'heartbeat' AND trigger = 'BEAT'"
+                " AND status = 'SUCCEEDED'")), 150, "the beat's heartbeat run to succeed", poll=1)
+            wait_for(lambda: bool(self.rows(
+                "SELECT 1 FROM cron_celery_cronexecution WHERE task_name = 'calc-commission'"
+                " AND trigger = 'ENQUEUE' AND status = 'SUCCEEDED'")), 60, "the enqueued run to succeed", poll=0.5)
+        return ""
+
+    def curl(self, line: str) -> str:
+        output = self.run(line.replace("127.0.0.1:8000", f"127.0.0.1:{self.port}"))
+        return output + "\n"
+
+    def _answers(self, path: str) -> bool:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=2)
+        except OSError:
+            return False
+        return True
+
+    # ---- looking at the result -----------------------------------------------------------
+
+    def admin_pages(self) -> dict[str, str]:
+        """Log in as the page's admin user, as a browser does, and read the dashboard and history."""
+        jar = http.cookiejar.CookieJar()
+        opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+        base = f"http://127.0.0.1:{self.port}"
+        form = opener.open(f"{base}/admin/login/").read().decode()
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form)
+        assert token, form[:500]
+        data = urllib.parse.urlencode({"csrfmiddlewaretoken": token[1], "username": "admin",
+                                       "password": ADMIN_PASSWORD, "next": "/admin/"}).encode()
+        opener.open(urllib.request.Request(f"{base}/admin/login/?next=/admin/", data=data,
+                                           headers={"Referer": f"{base}/admin/login/"}))
+        return {path: opener.open(f"{base}{path}").read().decode()
+                for path in ("/admin/cron_celery/cronjob/", "/admin/cron_celery/cronexecution/")}
+
 
 @pytest.fixture
-def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    """The page's files as a ``proj`` package and a ``billing`` app, imported here. The job
-    registry holds only the page's jobs meanwhile; everything is put back afterwards."""
-    for package, files in {"proj": {"__init__": "celery-init", "celery": "celery", "urls": "urls"},
-                           "billing": {"__init__": None, "tasks": "tasks"}}.items():
-        (tmp_path / package).mkdir()
-        for module, name in files.items():
-            (tmp_path / package / f"{module}.py").write_text(snippet(name) if name else "", encoding="utf-8")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    for index in ("_by_name", "_by_code", "_by_task"):
-        monkeypatch.setattr(registry, index, {})
-    before = set(current_app.tasks)
-    previous_app = celery_state.get_current_app()
+def follower(tmp_path: Path) -> Iterator[Follower]:
+    _drop_database()
+    follower = Follower(tmp_path)
     try:
-        proj = importlib.import_module("proj")  # the Celery app, as Django's settings would import it
-        celery_state._set_current_app(previous_app)
-        importlib.import_module("billing.tasks")  # what autodiscovery does at start-up
-        yield proj
+        yield follower
     finally:
-        celery_state._set_current_app(previous_app)
-        for name in set(current_app.tasks) - before:
-            current_app.tasks.pop(name, None)
-        for module in [name for name in sys.modules if name.split(".")[0] in ("proj", "billing")]:
-            del sys.modules[module]
+        follower.stop()
+        _drop_database()
 
 
-@pytest.mark.django_db(transaction=True)
-def test_the_quickstart_project_runs_its_job_and_shows_it_in_the_admin(project, queue: Queue, client):
-    # Step 4: the Celery app reads the CELERY_ settings and knows the jobs' tasks.
-    app = project.celery_app
-    assert app.main == "proj" and app.conf.broker_url == settings.CELERY_BROKER_URL
-    assert {"billing.tasks.calc_commission", "billing.tasks.CloseDay"} <= set(app.tasks)
-    # Step 5: both jobs are declared.
-    assert [job.name for job in registry.all_jobs()] == ["calc-commission", "close-day"]
-    assert registry.get("A001").task_name == "billing.tasks.calc_commission"
+@pytest.mark.timeout(600)
+def test_the_page_followed_top_to_bottom_in_a_new_project_runs_its_jobs(follower: Follower):
+    for block in blocks():
+        follower.block(block)
 
-    # Steps 6 and 7: the page's commands, in its order.
-    outputs = []
-    for args in manage_commands():
-        if args[0] in RUNNABLE:
-            out = io.StringIO()
-            call_command(*args, stdout=out)
-            outputs.append((args, out.getvalue()))
-    first = next(output for args, output in outputs if args == ["run_cron_task", "calc-commission"])
-    shown = re.compile(r"calc-commission \S+Z succeeded \(execution \d+, run #1\): "
-                       r"Commissions calculated for \d{4}-\d\d-\d\d")
-    assert shown.fullmatch(first.strip()), first
-    assert shown.search(PAGE.read_text(encoding="utf-8")), "the page's sample output no longer matches"
-    assert any("already ran" in output for args, output in outputs if "--at" in args)
-    rows = CronExecution.objects.filter(task_name="calc-commission")
-    ran = {row.execution_date.isoformat() for row in rows.filter(status=Status.SUCCEEDED, trigger=Trigger.MANUAL)}
-    assert "2026-11-29" in ran and len(ran) in (1, 2)  # today's slot, and the one of 2026-11-29
-    assert rows.filter(status=Status.SKIPPED).count() == 3 - len(ran)
-    assert rows.filter(status=Status.PENDING, trigger=Trigger.ENQUEUE, execution_date="2026-11-28").count() == 1
-    assert len(queue.headers()) == 1  # --enqueue sent it to the broker
-    job = CronJob.objects.get(code="A001")
-    assert (job.schedule, job.periodic_task.name) == ("0 1 * * *", "calc-commission (A001)")
+    # What the page promised along the way.
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["name"]
+    assert project == "cron_celery"
+    said = dict(follower.outputs)
+    closed_today = next(output for line, output in follower.outputs if line.startswith(
+        "python manage.py run_cron_task close-day ||"))
+    assert closed_today.count("is not over yet") == 1, closed_today  # a failure is printed once
+    assert closed_today.strip().endswith("exit status 1")
+    assert "already ran" in said["python manage.py run_cron_task calc-commission --at 2026-11-29T01:00"]
+    listing = said["python manage.py list_cron_tasks"]
+    heartbeat = next(row for row in listing.splitlines() if row.startswith("heartbeat"))
+    assert "SUCCEEDED" in heartbeat, listing
 
-    # The class-style job: a past day closes, a day not over yet is a recorded failure.
-    call_command("run_cron_task", "close-day", "2020-01-31", stdout=io.StringIO())
-    with pytest.raises(CommandError) as failed:
-        call_command("run_cron_task", "close-day", "2999-01-31", stdout=io.StringIO())
-    assert failed.value.returncode == 1
-    closed = {row.execution_date.isoformat(): row for row in CronExecution.objects.filter(task_name="close-day")}
-    assert (closed["2020-01-31"].status, closed["2020-01-31"].message) == (
-        Status.SUCCEEDED, "Books of 2020-01-31 closed")
-    assert (closed["2999-01-31"].status, closed["2999-01-31"].error_code) == (Status.FAILED, "TOO_EARLY")
+    rows = follower.rows("SELECT task_name, trigger, status, execution_date::text FROM cron_celery_cronexecution")
+    commission = [row for row in rows if row[0] == "calc-commission"]
+    assert ("calc-commission", "ENQUEUE", "SUCCEEDED", "2026-11-28") in commission  # run by the worker
+    assert ("close-day", "MANUAL", "SUCCEEDED", "2026-11-29") in rows
+    assert [row[2] for row in rows if row[0] == "close-day" and row[3] != "2026-11-29"] == ["FAILED"]
+    assert {row[2] for row in rows if row[0] == "heartbeat"} == {"SUCCEEDED"}
+    assert "cron_celery.beat" in follower.log("beat") and "dispatch" in follower.log("beat").lower()
+    assert "heartbeat" in follower.log("worker")
 
-    # Step 8: the dashboard and the history in the admin, through the page's urls.py.
-    admin_user = get_user_model().objects.create_superuser("quickstart", "ops@example.com", "not-a-secret")
-    client.force_login(admin_user)
-    with override_settings(ROOT_URLCONF="proj.urls"):
-        dashboard = client.get("/admin/cron_celery/cronjob/")
-        history = client.get("/admin/cron_celery/cronexecution/")
-        status = client.get("/cron/status/")
-    assert dashboard.status_code == 200 and history.status_code == 200
-    page = dashboard.content.decode()
-    assert "calc-commission" in page and "close-day" in page and "every day at 01:00" in page
-    assert "calc-commission" in history.content.decode() and "close-day" in history.content.decode()
-    assert {job["name"] for job in status.json()["jobs"]} == {"calc-commission", "close-day"}
+    # The endpoints, asked with the page's token.
+    health, status = (json.loads(output) for line, output in follower.outputs if line.startswith("curl"))
+    assert health["status"] == "ok", health
+    assert {job["name"] for job in status["jobs"]} >= {"calc-commission", "close-day", "heartbeat"}
+    assert len(status["executions"]) == 5
 
-    # Step 10: the history queries.
-    namespace: dict[str, Any] = {}
-    exec(compile(snippet("history"), "quickstart:history", "exec"), namespace)
-    assert [row.execution_date.isoformat() for row in namespace["failures"]] == ["2999-01-31"]
-    assert {row["task_name"]: (row["total"], row["succeeded"]) for row in namespace["per_job"]} == {
-        "calc-commission": (4, len(ran)), "close-day": (2, 1)}
+    # The admin, as the page's user sees it.
+    pages = follower.admin_pages()
+    dashboard = pages["/admin/cron_celery/cronjob/"]
+    assert all(name in dashboard for name in ("calc-commission", "close-day", "heartbeat", "every day at 01:00"))
+    assert "heartbeat" in pages["/admin/cron_celery/cronexecution/"]
+
+    # The history block, in manage.py shell.
+    printed = dict(re.findall(r"^([\w-]+) (\d+ executions, \d+ succeeded)$", follower.last_output, flags=re.M))
+    ran = len({row[3] for row in commission if row[2] == "SUCCEEDED"})
+    assert printed["calc-commission"] == f"4 executions, {ran} succeeded", follower.last_output
+    assert printed["close-day"] == "2 executions, 1 succeeded"
+    assert re.search(r"^1 failed in the last 7 days$", follower.last_output, flags=re.M), follower.last_output
