@@ -57,6 +57,15 @@ def when(moment: Any) -> SafeString:
     return format_html('<span style="white-space:nowrap">{}</span>', shown)
 
 
+def when_stacked(moment: Any) -> SafeString:
+    """A UTC time in a narrow column: the date over the time of day ("2026-11-30" / "02:13 UTC")."""
+    if moment is None:
+        return mark_safe("—")
+    utc = moment.astimezone(dt.UTC)
+    return format_html('<span style="white-space:nowrap">{}</span><br> <span style="white-space:nowrap">{}</span>',
+                       f"{utc:%Y-%m-%d}", utc.strftime("%H:%M:%S UTC" if utc.second else "%H:%M UTC"))
+
+
 #: A job with at most this many ended executions in the week gets its figures from its rows.
 EXACT_UP_TO = 250
 #: Duration buckets a doubling, from one millisecond (the rollup trigger's, migration 0013).

@@ -10,11 +10,11 @@ from __future__ import annotations
 import datetime as dt
 import os
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from django.contrib.auth import get_user_model
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, Page, ViewportSize, expect, sync_playwright
 
 from cron_celery import dispatch, finishes, schedule_sync
 from cron_celery import jobs as job_rows
@@ -92,6 +92,43 @@ def test_the_dashboard_shows_badges_charts_and_schedules(page: Page, live_server
     expect(ticker).to_contain_text("100 % of 30")
     expect(rows.filter(has_text="calc-commission")).to_contain_text("no runs yet")
     page.screenshot(path=str(SHOTS / "dashboard.png"), full_page=True)
+
+
+#: The window the dashboard must fit with the admin's navigation sidebar open (its default).
+NARROW: ViewportSize = {"width": 1280, "height": 800}
+FITS = """() => [document.documentElement, document.querySelector('#changelist .results')]
+    .filter(Boolean).map(box => [box.scrollWidth, box.clientWidth])"""
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_the_dashboard_fits_1280_pixels_with_the_sidebar_open(browser: Browser, live_server: Any,
+                                                              theme: Literal["light", "dark"]) -> None:
+    """No horizontal scrolling, the whole chart column in view, in the light and the dark theme."""
+    get_user_model().objects.create_superuser("narrow", "ops@example.com", PASSWORD)
+    seed()
+    CronJob.objects.filter(name="nightly-report").update(
+        schedule_problem="Invalid schedule '* * 30 2 *': it never fires")  # the longest schedule cell there is
+    context = browser.new_context(viewport=NARROW, color_scheme=theme)
+    page = context.new_page()
+    page.goto(f"{live_server.url}/admin/login/?next=/admin/cron_celery/cronjob/")
+    page.fill("#id_username", "narrow")
+    page.fill("#id_password", PASSWORD)
+    page.click("input[type=submit]")
+    expect(page.locator("#nav-sidebar")).to_be_visible()
+    expect(page.locator("#result_list tbody tr")).to_have_count(CronJob.objects.count())
+    page.screenshot(path=str(SHOTS / f"dashboard-1280-{theme}.png"))
+    background = page.evaluate("getComputedStyle(document.body).backgroundColor")
+    assert (background == "rgb(255, 255, 255)") == (theme == "light"), f"{theme}: the page's background {background}"
+    for scrolled, shown in page.evaluate(FITS):
+        assert scrolled <= shown, f"{theme}: {scrolled} px of content in {shown} px: a horizontal scrollbar"
+    charts = page.locator("svg.cron-chart").all()
+    assert charts, "no chart on the page"
+    for chart in charts:  # every chart's whole width inside the window (the rows run on below it)
+        box = chart.bounding_box()
+        assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= NARROW["width"], (theme, box)
+    header = page.locator("#result_list thead th", has_text="last 30 runs")
+    expect(header).to_be_in_viewport(ratio=1)
+    context.close()
 
 
 def test_editing_a_crontab_in_django_celery_beat_moves_the_next_slot(page: Page, live_server: Any) -> None:
