@@ -128,9 +128,10 @@ class CronJobAdmin(ReadOnly):
             raise PermissionDenied
         plan = upcoming.upcoming(timezone.now())
         history = reverse("admin:cron_celery_cronexecution_changelist")
-        rows = [{"at": dashboard.when(slot.at), "overdue": slot.overdue, "name": slot.job.name, "code": slot.job.code,
-                 "local": _local(slot.at, slot.job), "words": dashboard.describe(slot.job.schedule),
-                 "expression": slot.job.schedule, "history": f"{history}?job={slot.job.id}"} for slot in plan.slots]
+        rows = [{"at": dashboard.when(slot.at), "due": slot.due, "overdue": slot.overdue, "name": slot.job.name,
+                 "code": slot.job.code, "local": _local(slot.at, slot.job),
+                 "words": dashboard.describe(slot.job.schedule), "expression": slot.job.schedule,
+                 "history": f"{history}?job={slot.job.id}"} for slot in plan.slots]
         return TemplateResponse(request, "admin/cron_celery/upcoming.html", {
             **self.admin_site.each_context(request), "title": "Upcoming: the next hour of slots", "plan": plan,
             "rows": rows, "per_job": upcoming.PER_JOB, "max_jobs": upcoming.MAX_JOBS, "opts": self.model._meta,

@@ -290,7 +290,11 @@ def test_the_upcoming_page_lists_the_next_hour_of_slots_across_jobs(admin_client
     assert names[:upcoming.PER_JOB + 1] == ["tick-1s"] * upcoming.PER_JOB + ["tick-2s"]  # in time order
     assert names.count("tick-1s") == names.count("tick-2s") == upcoming.PER_JOB
     assert names[-1] == "nightly-report" and "hourly-exclusive" not in names and "catch-up-latest" not in names
-    assert 3 <= table.count("due, not sent yet") <= 4  # tick-1s: the slots already due (the page reads now later)
+    assert 3 <= table.count("due now") <= upcoming.PER_JOB  # tick-1s: the slots due (the page reads now later)
+    assert "overdue" not in table  # 3 s late is within the health endpoint's limit
+    CronJob.objects.filter(name="tick-1s").update(next_run_at=now - dt.timedelta(minutes=5))
+    late = admin_client.get("/admin/cron_celery/cronjob/upcoming/").content.decode().split('id="upcoming"')[1]
+    assert late.count("overdue: not sent") == upcoming.PER_JOB  # five minutes behind: every listed slot is
     assert "every 2 seconds" in table and "every day at 02:00" in table and "Europe/Amsterdam" in table
     more = int(html.split("tick-1s</strong>: ")[1].split(" more slots")[0])
     assert 3600 - upcoming.PER_JOB <= more <= 3604 - upcoming.PER_JOB  # an hour of seconds, less those listed

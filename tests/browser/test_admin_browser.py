@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 from collections.abc import Iterator
 from typing import Any, Literal
 
@@ -213,3 +214,16 @@ def test_waiting_revoked_and_refused_edits_are_visible(page: Page, live_server: 
     page.goto(f"{live_server.url}/admin/cron_celery/cronjob/")
     expect(page.locator("#result_list tbody tr").filter(has_text="tick-2s")).to_contain_text("it never fires")
     page.screenshot(path=str(SHOTS / "dashboard-schedule-problem.png"), full_page=True)
+
+
+def test_the_upcoming_page_from_the_dashboard(page: Page, live_server: Any) -> None:
+    """The dashboard's link opens the next hour of slots; a job's name leads to its history."""
+    seed()
+    page.goto(f"{live_server.url}/admin/cron_celery/cronjob/")
+    page.get_by_role("link", name="Upcoming: the next hour of slots →").click()
+    rows = page.locator("#upcoming tbody tr")
+    expect(rows.first).to_contain_text("UTC")
+    expect(page.locator("body")).to_contain_text("more slots")  # the every-2-seconds jobs, folded
+    page.screenshot(path=str(SHOTS / "upcoming.png"), full_page=True)
+    rows.filter(has_text="tick-2s").first.get_by_role("link", name="tick-2s").click()
+    expect(page).to_have_url(re.compile(r"/admin/cron_celery/cronexecution/\?job=\d+$"))
