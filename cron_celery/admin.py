@@ -128,13 +128,16 @@ class CronJobAdmin(ReadOnly):
             raise PermissionDenied
         plan = upcoming.upcoming(timezone.now())
         history = reverse("admin:cron_celery_cronexecution_changelist")
-        rows = [{"at": dashboard.when(slot.at), "due": slot.due, "overdue": slot.overdue, "name": slot.job.name,
-                 "code": slot.job.code, "local": _local(slot.at, slot.job),
-                 "words": dashboard.describe(slot.job.schedule), "expression": slot.job.schedule,
-                 "history": f"{history}?job={slot.job.id}"} for slot in plan.slots]
+        rows = [{"at": dashboard.when(slot.at), "due": slot.due, "name": slot.job.name, "code": slot.job.code,
+                 "local": _local(slot.at, slot.job), "words": dashboard.describe(slot.job.schedule),
+                 "expression": slot.job.schedule, "history": f"{history}?job={slot.job.id}"} for slot in plan.slots]
         return TemplateResponse(request, "admin/cron_celery/upcoming.html", {
             **self.admin_site.each_context(request), "title": "Upcoming: the next hour of slots", "plan": plan,
             "rows": rows, "per_job": upcoming.PER_JOB, "max_jobs": upcoming.MAX_JOBS, "opts": self.model._meta,
+            "window": (dashboard.when(plan.now), dashboard.when(plan.until)),
+            "more": [(item.job.name, item.count, dashboard.when(item.until)) for item in plan.more],
+            "behind": [(item.job.name, dashboard.when(item.since), int((plan.now - item.since).total_seconds()),
+                        item.catch_up) for item in plan.behind],
         })
 
     @admin.display(description="job", ordering="name")
@@ -241,12 +244,12 @@ class CronJobAdmin(ReadOnly):
 
 
 def _local(slot: dt.datetime, job: models.CronJob) -> str:
-    """A slot in the job's schedule timezone ("09:30 Europe/Amsterdam"); UTC jobs get a dash."""
+    """A slot in the job's schedule timezone ("09:30:00 CET Europe/Amsterdam"); UTC jobs get a dash."""
     zone = job.schedule_timezone or job.timezone
     if zone in ("", "UTC"):
         return "—"
     try:
-        return f"{slot.astimezone(zoneinfo.ZoneInfo(zone)):%H:%M:%S} {zone}"
+        return f"{slot.astimezone(zoneinfo.ZoneInfo(zone)):%H:%M:%S %Z} {zone}"  # the abbreviation: CET or CEST
     except (zoneinfo.ZoneInfoNotFoundError, ValueError):
         return zone
 

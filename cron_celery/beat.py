@@ -281,6 +281,7 @@ class Scheduler(DatabaseScheduler):  # type: ignore[misc]
         self.leadership = Leadership(float(conf.settings.BEAT_LEASE_SECONDS))
         self._schedules: dict[tuple[str, str], schedules.Schedule] = {}
         self.published = 0  # executions sent since start
+        self.uncounted: Counter[int] = Counter()  # sent per job, not yet on its periodic task
         self._beat_seen, self._beat_leading = -1e9, False
         super().__init__(*args, **kwargs)
 
@@ -340,10 +341,15 @@ class Scheduler(DatabaseScheduler):  # type: ignore[misc]
             if missed:  # alerts for the outage, one per job
                 outcomes.missed(repairs.newest_missed([d.job_id for d in decisions if d.missed]))
             log_round(by_id, decisions, sent, missed, time.monotonic() - began)
-            try:  # django-celery-beat's "last run" of the periodic tasks: a courtesy, never in the way
-                dispatch.count_sent(dict(Counter(item.job_id for item in to_publish[:sent])))
-            except DatabaseError:
-                logger.warning("cron_celery beat: could not update the periodic tasks' last run", exc_info=True)
+            # django-celery-beat's "last run" of the periodic tasks: a courtesy, never in the way.
+            # Counts it could not write (a row held by an admin's save) are written next round.
+            self.uncounted.update(item.job_id for item in to_publish[:sent])
+            try:
+                dispatch.count_sent(dict(self.uncounted))
+                self.uncounted.clear()
+            except DatabaseError as error:
+                logger.info("cron_celery beat: the periodic tasks' last run is kept for the next round (%s)",
+                            str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__)
             if time.monotonic() > deadline:
                 return 0.0
 

@@ -224,15 +224,24 @@ def dispatch_many(
     return advanced, publish, missed
 
 
+#: How long ``count_sent`` waits for a periodic task's row lock before it gives up for this round.
+COUNT_LOCK_WAIT = "200ms"
+
+
 def count_sent(sent: dict[int, int]) -> None:
     """Keep django-celery-beat's own columns of the jobs' periodic tasks true, as its scheduler
     does for the tasks it sends: ``last_run_at`` (when one was last sent) and ``total_run_count``,
     for ``sent`` = {job id: messages sent}. One statement per dispatch round, after the round's
     commit and outside its job-row locks (an admin edit locks the periodic task, then the job);
-    these columns are no schedule edit, so the beat's edit trigger ignores them."""
+    these columns are no schedule edit, so the beat's edit trigger ignores them.
+
+    It waits at most ``COUNT_LOCK_WAIT`` for a periodic task's row that someone else holds (an
+    admin's save in progress) and then raises ``OperationalError``: the beat keeps the counts
+    for its next round instead of stalling its dispatch."""
     if not sent:
         return
-    with connection.cursor() as cursor:
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(f"SET LOCAL lock_timeout = '{COUNT_LOCK_WAIT}'")
         cursor.execute(
             f"""
             UPDATE {PERIODIC_TASK} AS task SET last_run_at = now(), total_run_count = task.total_run_count + n.sent

@@ -223,11 +223,20 @@ class TrackedTask(celery.Task):  # type: ignore[type-arg]
 
 
 #: Celery's own options that a job's task cannot take, and what to use instead (None: nothing).
-REFUSED_OPTIONS = {"autoretry_for": "retry_on", "dont_autoretry_for": "retry_on", "retry_kwargs": "max_retries",
-                   "acks_late": None, "reject_on_worker_lost": None}
+#: Celery task options a cron job refuses, and why (what to use instead).
+REFUSED_OPTIONS = {
+    "autoretry_for": "use retry_on= instead", "dont_autoretry_for": "use retry_on= instead",
+    "retry_kwargs": "use max_retries= instead",
+    "acks_late": "cron jobs always acknowledge late, safely",
+    "reject_on_worker_lost": "cron jobs always acknowledge late, safely",
+    "acks_on_failure_or_timeout": "cron jobs always acknowledge late, safely",
+    "default_retry_delay": "a job's retries wait by retry_backoff=, retry_backoff_max= and retry_jitter=",
+    "Request": "a cron job's task keeps cron_celery's request class, which records killed and revoked runs",
+}
 #: Names from other schedulers and habits, and the option they mean here.
 MEANT = {"timeout": "time_limit", "soft_timeout": "soft_time_limit", "retries": "max_retries",
-         "backoff": "retry_backoff", "tz": "timezone", "cron": "schedule"}
+         "backoff": "retry_backoff", "tz": "timezone", "cron": "schedule", "retry_delay": "retry_backoff",
+         "execution_pattern": "pattern"}
 #: Options of Celery's task decorator and of sending that are not attributes of its Task class.
 DECORATOR_OPTIONS = ("base", "bind", "shared", "lazy", "filter", "pydantic", "pydantic_strict", "pydantic_context",
                      "pydantic_dump_kwargs", "queue", "exchange", "exchange_type", "routing_key", "delivery_mode",
@@ -250,15 +259,16 @@ def _split_options(job: str, options: dict[str, Any]) -> tuple[dict[str, Any], d
     """(Celery's task options, the job's retry, time-limit and alert policy). Anything else is a
     mistake (``max_retry=`` for ``max_retries=``) and refused, naming the closest known option:
     Celery would keep it as a task attribute and the job would silently run without it."""
-    for refused, instead in REFUSED_OPTIONS.items():
+    for refused, why in REFUSED_OPTIONS.items():
         if refused in options:
-            hint = f"use {instead}= instead" if instead else "cron jobs always acknowledge late, safely"
-            raise exceptions.ImproperlyDeclared(f"{refused}= is not a cron job option ({hint}).", job=job)
+            raise exceptions.ImproperlyDeclared(f"{refused}= is not a cron job option ({why}).", job=job)
     known = celery_options() | set(JOB_OPTIONS)
     unknown = sorted(key for key in options if key not in known)
     if unknown:
         key = unknown[0]
-        close = difflib.get_close_matches(key, sorted(known | set(DECLARATION_OPTIONS) | set(MEANT)), n=1, cutoff=0.6)
+        # cron_task's execution_pattern= (register_task's name for it) reaches here: it means pattern=.
+        close = [key] if key in MEANT else difflib.get_close_matches(
+            key, sorted(known | set(DECLARATION_OPTIONS) | set(MEANT)), n=1, cutoff=0.6)
         hint = f"did you mean {MEANT.get(close[0], close[0])}=?" if close else \
             f"the job options are {', '.join(DECLARATION_OPTIONS + JOB_OPTIONS)}, besides Celery's task options"
         raise exceptions.ImproperlyDeclared(

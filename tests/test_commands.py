@@ -128,6 +128,9 @@ def test_list_cron_tasks_shows_the_latest_slots_outcome_not_the_last_row_written
     assert refused.returncode == 1  # a FAILED row of an older slot, written last
     again = manage("run_cron_task", "calc-commission", "2026-12-01")  # a skip of the latest slot, run_number 2
     assert again.returncode == 0 and "recorded as a skip" in again.stdout and "run #2" not in again.stdout
+    resent = manage("run_cron_task", "calc-commission", "2026-12-01", "--enqueue", "--rerun",
+                    env=subprocess_env(REDIS_URL="redis://127.0.0.1:1/0"))
+    assert resent.returncode == 1  # a re-run of the latest slot the broker refused: it never ran
     assert listed("calc-commission").split()[-3:] == ["2026-12-01", "00:00Z", "SUCCEEDED"]
 
     CronJob.objects.filter(name="calc-commission").update(paused=True)

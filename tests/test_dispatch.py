@@ -167,3 +167,33 @@ def test_a_sigterm_during_a_dispatch_round_is_delivered_when_the_round_ends():
     finally:
         idle.set()
         signal.signal(signal.SIGTERM, previous)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_periodic_tasks_count_gives_way_to_a_row_someone_holds():
+    """An admin's save holding a periodic task's row: the beat's count of what it sent gives up
+    within its short lock wait (the beat keeps the counts for its next round), and never waits
+    for the save to end."""
+    from django.db import OperationalError
+    from django_celery_beat.models import PeriodicTask
+
+    from cron_celery import schedule_sync
+    from tests.jobsapp import tasks as jobs
+    from tests.model.harness import RowHolder
+
+    schedule_sync.sync()
+    job = CronJob.objects.get(name=jobs.nightly_report.job.name)
+    assert job.periodic_task_id is not None
+    holder = RowHolder(f"SELECT 1 FROM {PeriodicTask._meta.db_table} WHERE id = %s FOR UPDATE",
+                       [job.periodic_task_id])
+    holder.start()
+    assert holder.locked.wait(10) and holder.raised is None
+    try:
+        with pytest.raises(OperationalError, match="lock timeout"):
+            dispatch.count_sent({job.id: 2})
+    finally:
+        holder.release.set()
+        holder.join(10)
+    dispatch.count_sent({job.id: 2})  # next round, the row free again
+    task = PeriodicTask.objects.get(id=job.periodic_task_id)
+    assert task.total_run_count == 2 and task.last_run_at is not None

@@ -271,7 +271,7 @@ class Follower:
             return self.manage(words[2], line)
         if words[0] == "curl":
             return self.curl(line)
-        if words[0] == "django-admin":
+        if words[0] == "django-admin" or words[:2] == ["python", "-c"]:
             return self.run(line)
         raise AssertionError(f"the page has a command the test does not know how to follow: {line!r}")
 

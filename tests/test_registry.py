@@ -152,7 +152,7 @@ def test_an_invalid_schedule_or_catch_up_names_the_job(kwargs, fragment):
     ("option", "suggestion"),
     [("max_retry", "max_retries"), ("timout", "time_limit"), ("timeout", "time_limit"),
      ("soft_timelimit", "soft_time_limit"), ("retry_backof", "retry_backoff"), ("queu", "queue"),
-     ("catchup", "catch_up"), ("colour", None)],
+     ("catchup", "catch_up"), ("colour", None), ("retry_delay", "retry_backoff")],
 )
 def test_a_misspelt_option_is_refused_at_declaration_naming_the_closest(option, suggestion):
     """Before, Celery kept any unknown keyword as a task attribute: ``max_retry=3`` declared a
@@ -170,6 +170,11 @@ def test_a_misspelt_option_is_refused_at_declaration_naming_the_closest(option, 
         assert f"{option}= is neither a cron job option nor a Celery task option" in text
         assert (f"did you mean {suggestion}=?" in text) if suggestion else "the job options are" in text
         assert not {f"typo-{option}", f"typo-c-{option}"} & {job.name for job in registry.all_jobs()}
+
+
+def test_cron_task_given_register_tasks_execution_pattern_is_pointed_to_pattern():
+    with pytest.raises(exceptions.ImproperlyDeclared, match=r"execution_pattern= .*did you mean pattern=\?"):
+        cron_task(name="ep-typo", code="EP1", execution_pattern="always")(lambda run: None)
 
 
 def test_celerys_real_task_options_still_reach_the_task():

@@ -150,7 +150,10 @@ def test_a_valid_policy_is_kept_and_defaults_come_from_the_settings():
 
 
 @pytest.mark.parametrize(("option", "hint"), [("autoretry_for", "retry_on"), ("acks_late", "acknowledge late"),
-                                               ("reject_on_worker_lost", "acknowledge late")])
+                                               ("reject_on_worker_lost", "acknowledge late"),
+                                               ("acks_on_failure_or_timeout", "acknowledge late"),
+                                               ("default_retry_delay", "retry_backoff="),  # retries never read it
+                                               ("Request", "request class")])
 def test_celery_options_that_would_bypass_the_database_cap_are_refused(option, hint):
     with pytest.raises(exceptions.ImproperlyDeclared) as caught:
         tasks._split_options("some-job", {option: True, "queue": "q"})

@@ -14,14 +14,16 @@ from cron_celery import enums, models, registry
 
 EXE, JOB = models.CronExecution._meta.db_table, models.CronJob._meta.db_table
 
-#: Each job's latest slot, and its outcome: the last run of it that was not a skip, or the skip
-#: when every run of it was one. Two index reads per job, whatever the history's size.
+#: Each job's latest slot, and its outcome: the last run of it that was not a skip or a send the
+#: broker refused (which never ran), else the last of those. Two index reads per job, whatever
+#: the history's size.
 LATEST = f"""
 SELECT j.code, e.slot, e.status, e.skip_reason
 FROM {JOB} AS j
 CROSS JOIN LATERAL (SELECT max(slot) AS slot FROM {EXE} WHERE job_id = j.id) AS latest
 CROSS JOIN LATERAL (SELECT slot, status, skip_reason FROM {EXE} WHERE job_id = j.id AND slot = latest.slot
-                    ORDER BY status = 'SKIPPED', run_number DESC LIMIT 1) AS e
+                    ORDER BY status = 'SKIPPED' OR error_code = 'PUBLISH_FAILED', run_number DESC
+                    LIMIT 1) AS e
 WHERE j.code = ANY(%s)
 """
 
