@@ -96,7 +96,9 @@ def _slot_state(cursor: Any, job_id: int, slot: dt.datetime, me: int) -> dict[st
           max(trigger) FILTER (WHERE id = %(me)s),
           bool_or(id = %(me)s AND force),
           max(id) FILTER (WHERE id <> %(me)s AND status = 'RUNNING' AND lease_until > now()),
-          bool_or(id <> %(me)s AND status = 'RUNNING' AND lease_until <= now())
+          bool_or(id <> %(me)s AND status = 'RUNNING' AND lease_until <= now()),
+          count(*) FILTER (WHERE id <> %(me)s AND status = 'RUNNING' AND lease_until > now()),
+          array_agg(id) FILTER (WHERE id <> %(me)s AND status = 'RUNNING' AND lease_until <= now())
         FROM {EXE}
         WHERE job_id = %(job)s AND (slot = %(slot)s OR status = 'RUNNING' OR id = %(me)s)
         """,
@@ -104,8 +106,8 @@ def _slot_state(cursor: Any, job_id: int, slot: dt.datetime, me: int) -> dict[st
     )
     row = cursor.fetchone()
     keys = ("succeeded", "failed", "live", "stale", "job_live", "own_status", "own_live", "own_forced",
-            "own_retries", "own_trigger", "own_force", "blocker", "job_stale")
-    kept = ("own_status", "own_retries", "own_trigger", "blocker")
+            "own_retries", "own_trigger", "own_force", "blocker", "job_stale", "live_count", "stale_ids")
+    kept = ("own_status", "own_retries", "own_trigger", "blocker", "live_count", "stale_ids")
     return {key: row[i] if key in kept else (row[i] or False) for i, key in enumerate(keys)}
 
 
@@ -132,21 +134,25 @@ def _decide(
             return enums.SkipReason.ALREADY_RAN
     if job.exclusive and state["job_live"]:
         return enums.SkipReason.OVERLAP
+    if job.limit is not None and (state.get("live_count") or 0) >= job.limit:
+        return enums.SkipReason.CONCURRENCY
     return ""
 
 
-def _supersede(cursor: Any, job_id: int, me: int, fence: int) -> None:
-    """This claim runs an exclusive job while another of its runs is RUNNING with an expired
+def _supersede(cursor: Any, job_id: int, stale: list[int], fence: int) -> None:
+    """This claim runs a job with a limit (exclusive, or ``max_concurrency``) while another of its
+    runs is RUNNING with an expired
     lease (its worker froze, or lost the database, and did not renew): that run no longer owns
     the job. It takes this claim's fence, so its heartbeat and final write, which carry the old
     one, are refused (FENCED, its run told to stop), and two runs of the job are never both
     recorded. Its row stays RUNNING with the expired lease: the reconciler ends it
     (``LEASE_EXPIRED``, retried by the job's policy) as it would have without this claim.
 
-    Every other RUNNING row of the job is superseded, not only those whose lease is still
-    expired now: under the job's lock, with no live run seen, each was stale when the claim
-    looked, and a heartbeat that renewed one since (it takes no job lock) must not leave the
-    job with two live runs: its lease is ended too."""
+    Every RUNNING row of the job that was stale when the claim looked (``stale``) is superseded,
+    not only those whose lease is still expired now: a heartbeat that renewed one since (it takes
+    no job lock) must not leave the job with two live runs (or more than its limit): its lease is
+    ended too. A run that was live when the claim looked (a ``max_concurrency`` job's) is not
+    touched."""
     # Its history keeps the fence it ran under: a first attempt (no history yet) gets its entry now.
     cursor.execute(
         f"""
@@ -154,16 +160,16 @@ def _supersede(cursor: Any, job_id: int, me: int, fence: int) -> None:
             attempts = CASE WHEN jsonb_array_length(attempts) > 0 THEN attempts
                 ELSE jsonb_build_array(jsonb_build_object('attempt', retry_count + 1, 'started', started,
                                                           'worker', worker, 'pid', pid, 'fence', fence)) END
-        WHERE job_id = %(job)s AND id <> %(me)s AND status = 'RUNNING' AND fence < %(fence)s
+        WHERE job_id = %(job)s AND id = ANY(%(stale)s) AND status = 'RUNNING' AND fence < %(fence)s
         """,
-        {"fence": fence, "job": job_id, "me": me},
+        {"fence": fence, "job": job_id, "stale": stale},
     )
 
 
 def _needs_state(job: registry.Job, execution_id: int | None, force: bool, rerun: bool) -> bool:
     if execution_id is not None:
         return True
-    if job.exclusive:
+    if job.limit is not None:
         return True
     slot_checked = job.pattern in (
         enums.ExecutionPattern.STANDARD, enums.ExecutionPattern.RERUN_ON_FAILURE
@@ -177,6 +183,7 @@ SKIP_MESSAGES: dict[str, str] = {
     enums.SkipReason.ALREADY_RUNNING: "Skipped: this slot is already running or queued.",
     enums.SkipReason.OVERLAP: "Skipped: another execution of this job is running.",
     enums.SkipReason.LOCK_UNAVAILABLE: "Skipped: another server holds the job's lock.",
+    enums.SkipReason.CONCURRENCY: "Skipped: the job already has as many runs at once as its max_concurrency allows.",
 }
 
 
@@ -224,7 +231,8 @@ def begin(
         state: dict[str, Any] = {
             "succeeded": False, "failed": False, "live": False, "stale": False,
             "job_live": False, "own_status": None, "own_live": False, "own_forced": False, "own_retries": None,
-            "own_trigger": None, "own_force": False, "blocker": None, "job_stale": False,
+            "own_trigger": None, "own_force": False, "blocker": None, "job_stale": False, "live_count": 0,
+            "stale_ids": None,
         }
         if lock_busy or _needs_state(job, execution_id, force, rerun):
             state = _slot_state(cursor, job_id, slot, execution_id or 0)
@@ -250,11 +258,13 @@ def begin(
         if reason and attempted and reason == enums.SkipReason.PAUSED:
             # Never turn a failed attempt into a skip: the caller ends it with its failure.
             return Claim(outcome=GIVE_UP, execution_id=execution_id, status_seen=own, skip_reason=reason)
-        overlapping = reason in (enums.SkipReason.OVERLAP, enums.SkipReason.LOCK_UNAVAILABLE)
+        overlapping = reason in (enums.SkipReason.OVERLAP, enums.SkipReason.LOCK_UNAVAILABLE,
+                                 enums.SkipReason.CONCURRENCY)
         buffered = state["own_trigger"] in BUFFERED_TRIGGERS and job.pattern != enums.ExecutionPattern.RATE_LIMITED
         if overlapping and execution_id is not None and (attempted or buffered):
             if own != S.RUNNING:  # an expired RUNNING attempt is the reconciler's to end first
-                waiting.mark(cursor, execution_id, state["blocker"])
+                waiting.mark(cursor, execution_id, state["blocker"],
+                             limit=job.limit if reason == enums.SkipReason.CONCURRENCY else None)
             return Claim(outcome=WAITING, execution_id=execution_id, status_seen=own, skip_reason=reason,
                          blocker=state["blocker"])
         if reason:
@@ -262,8 +272,8 @@ def begin(
                 cursor, job, job_id, slot, execution_date, trigger, execution_id, reason,
                 celery_task_id, worker, pid,
             )
-        if state["job_stale"] and job.exclusive:
-            _supersede(cursor, job_id, execution_id or 0, fence)
+        if state["job_stale"] and job.limit is not None:
+            _supersede(cursor, job_id, list(state["stale_ids"] or []), fence)
         if execution_id is not None:
             cursor.execute(
                 f"""

@@ -67,6 +67,10 @@ class CronJob(models.Model):
         db_default=0, help_text="Attempts after the first one; enforced here, not only in the message"
     )
     alert_after = models.IntegerField(db_default=1, help_text="Consecutive failures before the first alert")
+    max_concurrency = models.IntegerField(
+        null=True, blank=True,
+        help_text="Live runs allowed at once (1 for overlap 'skip'); empty = any number. Declared in code",
+    )
     alert_repeat = models.IntegerField(
         null=True, blank=True, help_text="Seconds between repeated alerts of one incident; empty = once"
     )

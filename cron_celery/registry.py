@@ -52,6 +52,8 @@ class Job:
     notify: tuple[tuple[str, tuple[str, ...]], ...] | None = None
     alert_after: int = 1
     alert_repeat: int | None = None
+    #: For overlap ``allow`` jobs: at most this many live runs at once (None: no limit).
+    max_concurrency: int | None = None
 
     def notify_for(self, kind: str) -> tuple[str, ...] | None:
         """This job's own channels for ``on_failure``/``on_recovery``/``on_success``, if it has any."""
@@ -61,6 +63,12 @@ class Job:
     def exclusive(self) -> bool:
         """Never two runs at once (overlap ``skip``, or the ``rate_limited`` pattern)."""
         return self.overlap == enums.Overlap.SKIP or self.pattern == enums.ExecutionPattern.RATE_LIMITED
+
+    @property
+    def limit(self) -> int | None:
+        """Live runs allowed at once, decided in the claim: 1 for an exclusive job, else its
+        ``max_concurrency``; None when any number may run."""
+        return 1 if self.exclusive else self.max_concurrency
 
     @property
     def tzinfo(self) -> zoneinfo.ZoneInfo:
@@ -123,6 +131,7 @@ def declare(
     notify: object = None,
     alert_after: object = 1,
     alert_repeat: object = None,
+    max_concurrency: object = None,
 ) -> Job:
     """Validate a declaration and build its ``Job``; raises ``ImproperlyDeclared``."""
     if not isinstance(name, str) or not NAME_RE.match(name):
@@ -166,7 +175,19 @@ def declare(
             "can stop cleanly before it is killed.", job=name)
     after = _number(name, "alert_after", alert_after, integer=True, positive=True)
     repeat = _number(name, "alert_repeat", alert_repeat, integer=True, optional=True, positive=True)
+    chosen_pattern = _choice(enums.ExecutionPattern, pattern if pattern is not None else conf.settings.DEFAULT_PATTERN,
+                             name, "pattern")
+    chosen_overlap = _choice(enums.Overlap, overlap if overlap is not None else conf.settings.DEFAULT_OVERLAP,
+                             name, "overlap")
+    concurrency = _number(name, "max_concurrency", max_concurrency, integer=True, optional=True, positive=True)
+    if concurrency is not None and (chosen_overlap == enums.Overlap.SKIP
+                                    or chosen_pattern == enums.ExecutionPattern.RATE_LIMITED):
+        one = "overlap='skip'" if chosen_overlap == enums.Overlap.SKIP else "the rate_limited pattern"
+        raise exceptions.ImproperlyDeclared(
+            f"max_concurrency is for jobs declared with overlap='allow': {one} already runs one at a time.",
+            job=name)
     return Job(
+        max_concurrency=None if concurrency is None else int(concurrency),
         notify=_notify(name, notify),
         alert_after=int(after or 1),
         alert_repeat=None if repeat is None else int(repeat),
@@ -183,18 +204,8 @@ def declare(
         name=name,
         code=code,
         task_name=task_name,
-        pattern=_choice(
-            enums.ExecutionPattern,
-            pattern if pattern is not None else conf.settings.DEFAULT_PATTERN,
-            name,
-            "pattern",
-        ),
-        overlap=_choice(
-            enums.Overlap,
-            overlap if overlap is not None else conf.settings.DEFAULT_OVERLAP,
-            name,
-            "overlap",
-        ),
+        pattern=chosen_pattern,
+        overlap=chosen_overlap,
         timezone=tz,
         description=description,
     )

@@ -170,11 +170,11 @@ def stranded(grace: float, batch: int) -> list[tuple[Any, ...]]:
             FROM {JOB} AS j CROSS JOIN LATERAL (
                 SELECT * FROM {EXE} WHERE job_id = j.id AND status IN ('PENDING', 'RETRYING')
                   AND coalesce(lease_until, created_at) < now() - make_interval(secs => %s)) AS e
-            -- A waiting execution is stranded only once its job is free, and only the job's
-            -- oldest one: it is the one that runs next.
+            -- A waiting execution is stranded only once its job has room for a run, and only
+            -- the job's oldest one: it is the one that runs next.
             WHERE e.waiting_since IS NULL OR (
-                NOT EXISTS (SELECT 1 FROM {EXE} AS r WHERE r.job_id = e.job_id AND r.status = 'RUNNING'
-                            AND r.lease_until > now())
+                (SELECT count(*) FROM {EXE} AS r WHERE r.job_id = e.job_id AND r.status = 'RUNNING'
+                 AND r.lease_until > now()) < coalesce(j.max_concurrency, 1)
                 AND e.id = (SELECT w.id FROM {EXE} AS w WHERE w.job_id = e.job_id
                             AND w.status IN ('PENDING', 'RETRYING') AND w.waiting_since IS NOT NULL
                             ORDER BY w.slot, w.id LIMIT 1))

@@ -32,7 +32,8 @@ DECLARATION_OPTIONS = ("name", "code", "pattern", "execution_pattern", "overlap"
                        "schedule", "catch_up")
 #: Job options that ``cron_task`` and ``register_task`` take besides Celery's own.
 JOB_OPTIONS = ("max_retries", "retry_backoff", "retry_backoff_max", "retry_jitter", "retry_on",
-               "retry_on_failure", "soft_time_limit", "time_limit", "notify", "alert_after", "alert_repeat")
+               "retry_on_failure", "soft_time_limit", "time_limit", "notify", "alert_after", "alert_repeat",
+               "max_concurrency")
 
 
 def headers(execution_id: int, slot: dt.datetime, trigger: str, *, force: bool = False,
@@ -128,9 +129,10 @@ def _due(options: dict[str, Any]) -> dt.datetime:
 
 
 def send_waiting(app: celery.Celery, job: registry.Job) -> None:
-    """A run of this overlap-``skip`` job just ended: send its oldest waiting execution, if
-    any (``waiting``). If the broker refuses, the reconciler sends it after ``PENDING_GRACE``."""
-    if not job.exclusive:
+    """A run of this job with a limit (overlap ``skip``, ``max_concurrency``) just ended: send its
+    oldest waiting execution, if any (``waiting``). If the broker refuses, the reconciler sends
+    it after ``PENDING_GRACE``."""
+    if job.limit is None:
         return
     try:
         nxt = waiting.next_to_run(jobs.job_id(job))

@@ -18,7 +18,7 @@ import dataclasses
 import datetime as dt
 from typing import Any
 
-from django.db import connection
+from django.db import connection, transaction
 
 from cron_celery import models
 
@@ -26,14 +26,19 @@ EXE = models.CronExecution._meta.db_table
 JOB = models.CronJob._meta.db_table
 
 
-def mark(cursor: Any, execution_id: int, blocker: int | None) -> None:
+def mark(cursor: Any, execution_id: int, blocker: int | None, *, limit: int | None = None) -> None:
     """Record that the execution waits (inside the claim's transaction, under the job's lock).
 
     ``lease_until`` restarts the reconciler's grace period and ``republished`` starts again (its
     message arrived: it was not lost); a PENDING execution's message says what it waits for (a
-    RETRYING one keeps its last attempt's error)."""
-    note = f"Waiting: execution {blocker} of this job is running; this one runs when it ends." if blocker \
-        else "Waiting: another execution of this job is running; this one runs when it ends."
+    RETRYING one keeps its last attempt's error). ``limit``: the job's ``max_concurrency``, when
+    that is what it waits for."""
+    if limit is not None:
+        note = f"Waiting: the job has {limit} runs at once (its max_concurrency); this one runs when one ends."
+    elif blocker:
+        note = f"Waiting: execution {blocker} of this job is running; this one runs when it ends."
+    else:
+        note = "Waiting: another execution of this job is running; this one runs when it ends."
     cursor.execute(
         f"""
         UPDATE {EXE} SET waiting_since = coalesce(waiting_since, now()), lease_until = now(), republished = 0,
@@ -56,31 +61,40 @@ class Next:
 
 
 def next_to_run(job_id: int) -> Next | None:
-    """The job's oldest waiting execution (by slot), if the job has no live run now.
+    """The job's oldest waiting execution (by slot), if the job has room for a run now (fewer live
+    runs than its limit: 1 for overlap ``skip``, else its ``max_concurrency``).
 
     Its ``lease_until`` is set to now (sent at), so the reconciler waits a full grace period
-    before it sends the same execution again. The job's row is locked first, as everywhere.
-    Two callers one after the other may both pick it: the claim lets one of the two messages
-    run it and the other does nothing.
+    before it sends the same execution again. Two callers one after the other may both pick it:
+    the claim lets one of the two messages run it and the other does nothing.
+
+    The job's row is locked by a statement of its own, before the one that chooses: a statement
+    reads the rows as they were when it began, so one that waited for the lock inside it would
+    choose from before the claim it waited for — the execution just claimed, still "waiting" in
+    its view — and cut the lease of that live run to now (its worker's own repeat delivery then
+    found the run expired and recorded it LOST). Chosen after the lock, with a fresh view, it
+    sees every committed claim of the job, and the update checks the execution still waits.
     """
-    with connection.cursor() as cursor:
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(f"SELECT task, coalesce(max_concurrency, 1) FROM {JOB} WHERE id = %s FOR UPDATE", [job_id])
+        job = cursor.fetchone()
+        if job is None:
+            return None
         cursor.execute(
             f"""
-            WITH j AS (SELECT id, task FROM {JOB} WHERE id = %(job)s FOR UPDATE)
             UPDATE {EXE} AS e SET lease_until = now()
-            FROM j
-            WHERE j.id = e.job_id AND e.id = (
+            WHERE e.status IN ('PENDING', 'RETRYING') AND e.waiting_since IS NOT NULL AND e.id = (
                 SELECT w.id FROM {EXE} AS w
                 WHERE w.job_id = %(job)s AND w.status IN ('PENDING', 'RETRYING') AND w.waiting_since IS NOT NULL
-                  AND NOT EXISTS (SELECT 1 FROM {EXE} AS r WHERE r.job_id = %(job)s AND r.status = 'RUNNING'
-                                  AND r.lease_until > now())
+                  AND (SELECT count(*) FROM {EXE} AS r WHERE r.job_id = %(job)s AND r.status = 'RUNNING'
+                       AND r.lease_until > now()) < %(room)s
                 ORDER BY w.slot, w.id LIMIT 1)
-            RETURNING e.id, e.slot, e.trigger, e.celery_task_id, j.task
+            RETURNING e.id, e.slot, e.trigger, e.celery_task_id
             """,
-            {"job": job_id},
+            {"job": job_id, "room": job[1]},
         )
         row = cursor.fetchone()
     if row is None:
         return None
     return Next(execution_id=int(row[0]), slot=row[1], trigger=str(row[2]), celery_task_id=str(row[3] or ""),
-                task_name=str(row[4]))
+                task_name=str(job[0]))

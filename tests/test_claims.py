@@ -69,12 +69,20 @@ NOTHING = {"succeeded": False, "failed": False, "live": False, "stale": False, "
         ("standard", "allow", {"failed": True, "live": True}, {"attempted": True}, ""),
         ("rerun_on_failure", "skip", {"job_live": True}, {"attempted": True}, SkipReason.OVERLAP),
         ("standard", "skip", {}, {"attempted": True, "paused": True}, SkipReason.PAUSED),
+        # max_concurrency=2 (see _CONCURRENT): the count of other live runs decides.
+        ("always", "allow", {"job_live": True, "live_count": 1, "concurrent": 2}, {}, ""),
+        ("always", "allow", {"job_live": True, "live_count": 2, "concurrent": 2}, {}, SkipReason.CONCURRENCY),
+        ("always", "allow", {"job_live": True, "live_count": 2, "concurrent": 2}, {"force": True},
+         SkipReason.CONCURRENCY),
+        ("always", "allow", {"job_live": True, "live_count": 5}, {}, ""),  # no limit declared
     ],
 )
 def test_decision_table(pattern, overlap, state, flags, expected):
     from cron_celery import registry
 
-    job = registry.declare(name="decide", code="D1", task_name="x", pattern=pattern, overlap=overlap)
+    limit = state.pop("concurrent", None)
+    job = registry.declare(name="decide", code="D1", task_name="x", pattern=pattern, overlap=overlap,
+                           max_concurrency=limit)
     got = claims._decide(job, {**NOTHING, **state}, paused=flags.get("paused", False),
                          force=flags.get("force", False), rerun=flags.get("rerun", False),
                          attempted=flags.get("attempted", False))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -186,3 +187,41 @@ def test_celerys_real_task_options_still_reach_the_task():
     assert (task.queue, task.priority, task.rate_limit, task.ignore_result, task.throws, task.expires) == (
         "billing", 3, "10/m", True, (KeyError,), 60)
     registry.unregister("with-celery-options")
+
+
+@pytest.mark.parametrize(("options", "problem"), [
+    ({"overlap": "skip", "max_concurrency": 3}, "overlap='skip' already runs one at a time"),
+    ({"pattern": "rate_limited", "overlap": "allow", "max_concurrency": 2}, "rate_limited pattern already runs one"),
+    ({"overlap": "allow", "max_concurrency": 0}, "max_concurrency must be an integer greater than 0"),
+    ({"overlap": "allow", "max_concurrency": "3"}, "max_concurrency must be an integer greater than 0"),
+    ({"overlap": "allow", "max_concurrency": 2.5}, "max_concurrency must be an integer greater than 0"),
+])
+def test_max_concurrency_is_for_overlap_allow_jobs_and_a_whole_number(options, problem):
+    def limited(run: object) -> None:
+        return None
+
+    with pytest.raises(exceptions.ImproperlyDeclared, match=re.escape(problem)):
+        cron_task(name="limited", code="LIM1", pattern=options.pop("pattern", "always"), **options)(limited)
+
+
+@pytest.mark.django_db
+def test_max_concurrency_is_the_jobs_limit_and_its_rows():
+    """The claim and the waiting queue read the limit from the job's row: 1 for an exclusive job,
+    max_concurrency when declared, empty otherwise."""
+    from cron_celery import jobs as job_rows
+    from cron_celery.models import CronJob
+
+    def limited_ok(run: object) -> None:
+        return None
+
+    limited = cron_task(name="limited-ok", code="LIM2", pattern="always", overlap="allow", max_concurrency=4)(
+        limited_ok).job
+    try:
+        exclusive = registry.declare(name="x-skip", code="X1", task_name="x.skip", overlap="skip")
+        unlimited = registry.declare(name="x-any", code="X2", task_name="x.any", overlap="allow")
+        assert [(job.max_concurrency, job.limit) for job in (limited, exclusive, unlimited)] == [
+            (4, 4), (None, 1), (None, None)]
+        for job, stored in ((limited, 4), (exclusive, 1), (unlimited, None)):
+            assert CronJob.objects.get(id=job_rows.job_id(job)).max_concurrency == stored
+    finally:
+        registry.unregister("limited-ok")

@@ -58,3 +58,16 @@ def backlog_all(run: Run) -> str:
 def delayed_now(run: Run) -> str:
     _note(run, "delayed-now")
     return run.slot.isoformat()
+
+
+@cron_task(name="three-at-once", code="W006", pattern="always", overlap="allow", max_concurrency=3)
+def three_at_once(run: Run) -> str:
+    """At most three at once (``max_concurrency=3``); takes CRON_TEST_SLEEP seconds (default 1.5).
+    Writes ``three-at-once SLOT START END PID`` (its own clock) when it ends."""
+    began = time.time()
+    time.sleep(float(os.environ.get("CRON_TEST_SLEEP", "1.5")))
+    path = os.environ.get("CRON_TEST_MARKER")
+    if path:
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(f"three-at-once {run.slot.isoformat()} {began:.6f} {time.time():.6f} {os.getpid()}\n")
+    return "ok"

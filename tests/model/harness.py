@@ -55,6 +55,8 @@ SPECS = [
     Spec("alw", "always", "skip", max_retries=0, retry_on_failure=False, catch_up="all", alert_after=1),
     Spec("alwa", "always", "allow", max_retries=0, retry_on_failure=False, catch_up="latest", alert_after=1),
     Spec("rl", "rate_limited", "skip", max_retries=1, retry_on_failure=True, catch_up="latest", alert_after=1),
+    Spec("cap", "always", "allow", max_retries=1, retry_on_failure=True, catch_up="all", alert_after=1,
+         max_concurrency=1),  # the limit path without a Redis lock, met often (3 in tests/faults)
 ]
 
 
@@ -161,6 +163,7 @@ def declare_jobs(tag: str) -> _Declared:
             pattern=spec.pattern, overlap=spec.overlap, catch_up=spec.catch_up, max_retries=spec.max_retries,
             retry_on_failure=spec.retry_on_failure, retry_backoff=1, retry_jitter=False,
             notify={"on_failure": ["webhook"], "on_recovery": ["webhook"]}, alert_after=spec.alert_after,
+            max_concurrency=spec.max_concurrency,
         ))
         declared[spec.key] = job
         made[spec.key] = app.task(name=task_name, base=TrackedTask, job=job, max_retries=spec.max_retries,

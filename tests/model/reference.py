@@ -3,7 +3,9 @@
 It is written from the guarantees in docs/concepts.md and docs/reliability.md, not from the SQL:
 one execution per row, the pattern's slot check, the overlap policy (a regular beat slot that meets
 a live run is skipped; a requested slot and every retry wait), fences, leases, the attempt cap, the
-reconciler's four steps (three of which matter here), the failure streak and the alert policy
+reconciler's four steps (three of which matter here), ``max_concurrency`` (at most N live runs of
+an overlap-``allow`` job: a regular slot over it is skipped, a requested one waits), the failure
+streak and the alert policy
 (``on_failure`` and ``on_recovery`` channels, ``alert_after``, no repeat).
 
 Time is abstract: a lease is live or expired, and an open execution is ``fresh`` until the
@@ -38,10 +40,21 @@ class Spec:
     retry_on_failure: bool
     catch_up: str  # none, latest, all
     alert_after: int
+    max_concurrency: int | None = None  # for overlap "allow": at most this many live runs at once
 
     @property
     def exclusive(self) -> bool:
         return self.overlap == "skip" or self.pattern == "rate_limited"
+
+    @property
+    def limit(self) -> int | None:
+        """Live runs allowed at once: 1 for an exclusive job, else its max_concurrency (None: any)."""
+        return 1 if self.exclusive else self.max_concurrency
+
+    @property
+    def over_limit(self) -> str:
+        """The skip reason of a call that meets the limit."""
+        return "OVERLAP" if self.exclusive else "CONCURRENCY"
 
     @property
     def slot_checked(self) -> bool:
@@ -109,8 +122,10 @@ class Model:
     def live_runs(self, key: str, besides: int | None = None) -> list[Exe]:
         return [exe for exe in self.of_job(key) if exe.status == "RUNNING" and exe.live and exe.id != besides]
 
-    def job_free(self, key: str) -> bool:
-        return not self.live_runs(key)
+    def has_room(self, key: str, besides: int | None = None) -> bool:
+        """Fewer live runs than the job's limit (always, for a job without one)."""
+        limit = self.jobs[key].spec.limit
+        return limit is None or len(self.live_runs(key, besides=besides)) < limit
 
     # ---- the claim ---------------------------------------------------------------------------
 
@@ -147,11 +162,11 @@ class Model:
             reason = self._slot_reason(spec, exe.slot, exe.id)
             if reason:
                 return Decision(SKIP, reason)
-        if spec.exclusive and self.live_runs(exe.job, besides=exe.id):
+        if not self.has_room(exe.job, besides=exe.id):
             buffered = exe.trigger in BUFFERED and spec.pattern != "rate_limited"
             if attempted or buffered:
-                return Decision(WAITING, "OVERLAP")
-            return Decision(SKIP, "OVERLAP")
+                return Decision(WAITING, spec.over_limit)
+            return Decision(SKIP, spec.over_limit)
         return Decision(CLAIM)
 
     def decide_new(self, key: str, slot: dt.datetime, *, force: bool = False, rerun: bool = False) -> Decision:
@@ -163,20 +178,20 @@ class Model:
             reason = self._slot_reason(job.spec, slot, None)
             if reason:
                 return Decision(SKIP, reason)
-        if job.spec.exclusive and self.live_runs(key):
-            return Decision(SKIP, "OVERLAP")
+        if not self.has_room(key):
+            return Decision(SKIP, job.spec.over_limit)
         return Decision(CLAIM)
 
     def claimed(self, exe: Exe, fence: int) -> None:
         """The claim ran: RUNNING with a new fence; a takeover counts as another attempt.
 
-        As ``claims._supersede``: a claim of an exclusive job supersedes every other RUNNING
+        As ``claims._supersede``: a claim of a job with a limit supersedes every other RUNNING
         execution of the job whose lease expired (and whose fence is smaller): that one takes this
         claim's fence, so its late heartbeat and finish are refused; it stays RUNNING until the
         reconciler ends it. Its own claims (its ``attempts`` history) keep the fences it ran under.
         """
         job = self.jobs[exe.job]
-        if job.spec.exclusive:
+        if job.spec.limit is not None:
             for other in self.of_job(exe.job):
                 if other.id != exe.id and other.status == "RUNNING" and not other.live and (other.fence or 0) < fence:
                     other.fence = fence
@@ -266,8 +281,8 @@ class Model:
         return status
 
     def next_waiting(self, key: str) -> Exe | None:
-        """The job's oldest waiting execution, when the job is free: it is sent again now."""
-        if not self.jobs[key].spec.exclusive or not self.job_free(key):
+        """The job's oldest waiting execution, when the job has room for a run: it is sent again now."""
+        if self.jobs[key].spec.limit is None or not self.has_room(key):
             return None
         waiting = sorted((exe for exe in self.of_job(key) if exe.waiting and exe.status in ("PENDING", "RETRYING")),
                          key=lambda exe: (exe.slot, exe.id))
@@ -304,7 +319,7 @@ class Model:
                 oldest = sorted((other for other in self.of_job(exe.job)
                                  if other.waiting and other.status in ("PENDING", "RETRYING")),
                                 key=lambda other: (other.slot, other.id))
-                if not self.job_free(exe.job) or oldest[0].id != exe.id:
+                if not self.has_room(exe.job) or oldest[0].id != exe.id:
                     continue
             stranded.append(exe)
         for exe in stranded:

@@ -546,8 +546,8 @@ def check(model: Model, jobs: h.Jobs) -> None:
         job_id = jobs.ids[key]
         mine = [row for row in rows if row.job_id == job_id]
         live = [row.id for row in mine if row.live]
-        if job.spec.exclusive:
-            assert len(live) <= 1, f"{key}: {len(live)} live runs at once: {live}"
+        if job.spec.limit is not None:
+            assert len(live) <= job.spec.limit, f"{key}: {len(live)} live runs at once: {live}"
         if job.spec.slot_checked:
             won: dict[Any, int] = {}
             for row in mine:

@@ -16,7 +16,7 @@ from cron_celery import enums, exceptions, registry, runs, schedule_sync, schedu
 #: Exit codes: 0 ran (or the slot was already done), 1 failed or bad input, 2 refused.
 EXIT_OK, EXIT_FAILED, EXIT_REFUSED = 0, 1, 2
 REFUSED = {enums.SkipReason.ALREADY_RUNNING, enums.SkipReason.OVERLAP,
-           enums.SkipReason.PAUSED, enums.SkipReason.LOCK_UNAVAILABLE}
+           enums.SkipReason.PAUSED, enums.SkipReason.LOCK_UNAVAILABLE, enums.SkipReason.CONCURRENCY}
 
 
 class _NotTheOutcome(logging.Filter):
