@@ -304,3 +304,40 @@ def test_a_delay_with_a_countdown_names_the_minute_it_is_due(queue):
     assert due[tasks.HEADER_SLOT] == "2030-01-02T06:00:00Z"
     in_an_hour = dt.datetime.fromisoformat(later[tasks.HEADER_SLOT].replace("Z", "+00:00"))
     assert in_an_hour - dt.datetime.now(dt.UTC) > dt.timedelta(minutes=58)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_next_waiting_execution_is_chosen_after_the_claim_it_waited_for():
+    """A run of an overlap-skip job has ended; its waiting execution W is being claimed (the claim's
+    transaction holds the job's row) while a second caller asks for the next waiting execution and
+    waits for that row. Once the claim commits, W is RUNNING: the caller must find nothing to send.
+    Before, its statement chose from the rows as they were when it began (W still waiting), cut
+    W's fresh lease to now and sent W again, whose repeat delivery found its own run "expired"."""
+    import threading
+
+    from tests.model.harness import RowHolder, blocked_by, wait_until
+
+    job, job_id = make_job(overlap="skip")
+    live = begin(job, job_id, slot=LATER)
+    waiting_id = pending(job, job_id, forced=True)
+    assert begin(job, job_id, execution_id=waiting_id, trigger=Trigger.BACKFILL).outcome == claims.WAITING
+    assert live.fence is not None and finishes.finish(execution_id=live.execution_id, fence=live.fence,
+                                                      job_id=job_id, status=Status.SUCCEEDED, message="done")
+    claim = RowHolder(  # the waiting execution's claim, in one statement, holding the job's row
+        f"WITH j AS (UPDATE {executions.JOB} SET fence = fence + 1 WHERE id = %s RETURNING fence)"
+        f" UPDATE {executions.EXE} SET status = 'RUNNING', fence = j.fence, waiting_since = NULL,"
+        " started = clock_timestamp(), lease_until = now() + interval '60 seconds' FROM j WHERE id = %s",
+        [job_id, waiting_id])
+    claim.start()
+    assert claim.locked.wait(10) and claim.raised is None
+    chosen: list[object] = []
+    caller = threading.Thread(target=lambda: (chosen.append(waiting.next_to_run(job_id)), connection.close()))
+    caller.start()
+    assert claim.backend_pid is not None
+    wait_until(lambda: blocked_by(claim.backend_pid), "the caller to wait for the job's row")
+    claim.release.set()
+    claim.join(10)
+    caller.join(10)
+    assert chosen == [None]
+    r = row(waiting_id)
+    assert r.status == Status.RUNNING and r.lease_until > db_now() + dt.timedelta(seconds=30), r.lease_until
