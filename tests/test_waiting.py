@@ -333,8 +333,9 @@ def test_the_next_waiting_execution_is_chosen_after_the_claim_it_waited_for():
     chosen: list[object] = []
     caller = threading.Thread(target=lambda: (chosen.append(waiting.next_to_run(job_id)), connection.close()))
     caller.start()
-    assert claim.backend_pid is not None
-    wait_until(lambda: blocked_by(claim.backend_pid), "the caller to wait for the job's row")
+    holder_pid = claim.backend_pid
+    assert holder_pid is not None
+    wait_until(lambda: blocked_by(holder_pid), "the caller to wait for the job's row")
     claim.release.set()
     claim.join(10)
     caller.join(10)
