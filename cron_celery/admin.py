@@ -137,7 +137,7 @@ class CronJobAdmin(ReadOnly):
             "window": (dashboard.when(plan.now), dashboard.when(plan.until)),
             "more": [(item.job.name, item.count, dashboard.when(item.until)) for item in plan.more],
             "behind": [(item.job.name, dashboard.when(item.since), int((plan.now - item.since).total_seconds()),
-                        item.catch_up) for item in plan.behind],
+                        item.job.catch_up) for item in plan.behind],
         })
 
     @admin.display(description="job", ordering="name")

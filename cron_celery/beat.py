@@ -348,8 +348,8 @@ class Scheduler(DatabaseScheduler):  # type: ignore[misc]
                 dispatch.count_sent(dict(self.uncounted))
                 self.uncounted.clear()
             except DatabaseError as error:
-                logger.info("cron_celery beat: the periodic tasks' last run is kept for the next round (%s)",
-                            str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__)
+                logger.info("cron_celery beat: the periodic tasks' last run is kept for the next round (%s: %s)",
+                            type(error).__name__, str(error).strip())
             if time.monotonic() > deadline:
                 return 0.0
 

@@ -141,11 +141,10 @@ def _decide(
 
 def _supersede(cursor: Any, job_id: int, stale: list[int], fence: int) -> None:
     """This claim runs a job with a limit (exclusive, or ``max_concurrency``) while another of its
-    runs is RUNNING with an expired
-    lease (its worker froze, or lost the database, and did not renew): that run no longer owns
-    the job. It takes this claim's fence, so its heartbeat and final write, which carry the old
-    one, are refused (FENCED, its run told to stop), and two runs of the job are never both
-    recorded. Its row stays RUNNING with the expired lease: the reconciler ends it
+    runs is RUNNING with an expired lease (its worker froze, or lost the database, and did not
+    renew): that run no longer owns the job. It takes this claim's fence, so its heartbeat and
+    final write, which carry the old one, are refused (FENCED, its run told to stop), and two
+    runs of the job are never both recorded. Its row stays RUNNING with the expired lease: the reconciler ends it
     (``LEASE_EXPIRED``, retried by the job's policy) as it would have without this claim.
 
     Every RUNNING row of the job that was stale when the claim looked (``stale``) is superseded,

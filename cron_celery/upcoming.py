@@ -45,7 +45,6 @@ class Behind:
 
     job: models.CronJob
     since: dt.datetime
-    catch_up: str
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -109,7 +108,7 @@ def upcoming(now: dt.datetime, window: dt.timedelta = dt.timedelta(hours=1)) -> 
         assert first is not None
         left_behind = (now - first).total_seconds() > late
         if left_behind:
-            behind.append(Behind(job=job, since=first, catch_up=job.catch_up))
+            behind.append(Behind(job=job, since=first))
         start, included = (now, False) if left_behind else (first, True)
         zone = job.schedule_timezone or job.timezone
         key = (job.schedule, zone, start, included)
