@@ -337,7 +337,7 @@ class CronExecutionAdmin(ReadOnly):
     inlines = (AlertInline,)
     readonly_fields = ("attempt_history", "duration")
     fieldsets = (
-        (None, {"fields": ("job", "task_name", "task_code", "slot", "execution_date", "run_number", "status",
+        (None, {"fields": ("job", "task_name", "task_code", "slot", "due_at", "execution_date", "run_number", "status",
                            "trigger", "skip_reason", "forced")}),
         ("Outcome", {"fields": ("started", "ended", "duration", "success", "message", "error_code", "traceback",
                                 "result")}),

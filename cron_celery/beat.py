@@ -186,7 +186,7 @@ class Leadership:
         self.leading = False
 
 
-PlanKey = tuple[str, str, dt.datetime, str]
+PlanKey = tuple[str, str, dt.datetime, str, int]
 
 
 
@@ -220,13 +220,17 @@ def plan(row: dispatch.DueJob, now: dt.datetime, plans: dict[PlanKey, schedules.
     A job whose stored schedule cannot be planned gets no decision (and never raises, so
     the other jobs of the batch are dispatched); with ``problems`` its reason is put there
     by job id, for the caller to set the job aside. Execution dates are read in the job's
-    timezone, like every other writer's (``schedules.execution_date``)."""
-    key = (row.schedule, row.timezone, row.next_run_at, row.catch_up)
+    timezone, like every other writer's (``schedules.execution_date``).
+
+    A job with jitter is planned as of ``now`` minus its offset: a slot is due once its offset
+    has passed, and it is late (catch-up) only if it is late by more than its grace after that."""
+    key = (row.schedule, row.timezone, row.next_run_at, row.catch_up, row.jitter_ms)
     if key not in plans:
         try:
             if (row.schedule, row.timezone) not in parsed:
                 parsed[(row.schedule, row.timezone)] = schedules.parse_expression(row.schedule, row.timezone)
-            plans[key] = schedules.plan_catch_up(parsed[(row.schedule, row.timezone)], row.next_run_at, now,
+            as_of = now - dt.timedelta(milliseconds=row.jitter_ms)
+            plans[key] = schedules.plan_catch_up(parsed[(row.schedule, row.timezone)], row.next_run_at, as_of,
                                                  row.catch_up, limit=conf.settings.CATCH_UP_LIMIT)
         except Exception as error:  # one job's bad row must not stop the batch
             logger.error("cron job %s: its schedule %r (%s) cannot be planned: %s", row.name, row.schedule,
@@ -245,8 +249,8 @@ def plan(row: dispatch.DueJob, now: dt.datetime, plans: dict[PlanKey, schedules.
     if planned.unrecorded_before is not None:
         logger.warning("cron job %s: down since %s; slots before %s are not recorded as MISSED",
                        row.name, schedules.iso(row.next_run_at), schedules.iso(planned.unrecorded_before))
-    return dispatch.Decision(job_id=row.job_id, expected_next_run_at=row.next_run_at,
-                           next_run_at=planned.next_run_at, run=planned.run, missed=planned.missed, tz=tz)
+    return dispatch.Decision(job_id=row.job_id, expected_next_run_at=row.next_run_at, next_run_at=planned.next_run_at,
+                             run=planned.run, missed=planned.missed, tz=tz, jitter_ms=row.jitter_ms)
 
 
 def unplannable(row: dispatch.DueJob) -> str:

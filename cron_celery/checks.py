@@ -12,6 +12,7 @@ dashboard shows a banner while they find an error.
 from __future__ import annotations
 
 import logging
+import math
 import sys
 import threading
 from typing import Any
@@ -89,6 +90,7 @@ def register() -> None:
     checks.register(check_notifications, TAG)
     checks.register(check_operations, TAG)
     checks.register(check_tokens, TAG)
+    checks.register(check_groups, TAG)
 
 
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
@@ -211,6 +213,10 @@ def check_timing(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMes
         if value is not None and (not isinstance(value, int | float) or isinstance(value, bool) or value <= 0):
             errors.append(checks.Error(f"CRON_CELERY[{key!r}] must be a number of seconds above 0 or None, "
                                        f"not {value!r}.", id="cron_celery.E002"))
+    jitter = values.DEFAULT_JITTER
+    if not isinstance(jitter, int | float) or isinstance(jitter, bool) or not 0 <= jitter < math.inf:
+        errors.append(checks.Error(f"CRON_CELERY['DEFAULT_JITTER'] must be a number of seconds of at least 0, "
+                                   f"not {jitter!r}.", id="cron_celery.E002"))
     errors += _check_reconcile(values.RECONCILE)
     errors += _check_jobs()
     return errors
@@ -345,3 +351,16 @@ def check_tokens(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMes
     if parsed.legacy:
         found.append(checks.Warning(tokens.DEPRECATION, id="cron_celery.W002"))
     return found
+
+
+def check_groups(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """CONCURRENCY_GROUPS and the jobs' concurrency groups (E015: a bad limit, a job whose group is
+    not configured — its runs would have no shared limit)."""
+    try:
+        conf.load()
+    except TypeError:
+        return []
+    from cron_celery import groups, registry
+
+    return [checks.Error(problem, hint="See docs/configuration.md#concurrency_groups.", id="cron_celery.E015")
+            for problem in groups.problems(registry.all_jobs())]

@@ -21,7 +21,7 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from cron_celery import enums, executions, registry, waiting
+from cron_celery import enums, executions, groups, registry, waiting
 
 S = enums.Status
 JOB = executions.JOB
@@ -134,7 +134,7 @@ def _decide(
             return enums.SkipReason.ALREADY_RAN
     if job.exclusive and state["job_live"]:
         return enums.SkipReason.OVERLAP
-    if job.limit is not None and (state.get("live_count") or 0) >= job.limit:
+    if _job_full(job, state) or state.get("group_full"):
         return enums.SkipReason.CONCURRENCY
     return ""
 
@@ -165,10 +165,30 @@ def _supersede(cursor: Any, job_id: int, stale: list[int], fence: int) -> None:
     )
 
 
+def _job_full(job: registry.Job, state: dict[str, Any]) -> bool:
+    return job.limit is not None and (state.get("live_count") or 0) >= job.limit
+
+
+def _waits_for(job: registry.Job, state: dict[str, Any], reason: str) -> dict[str, Any]:
+    """What a waiting execution's note names: the job's own limit, else its group's."""
+    if reason != enums.SkipReason.CONCURRENCY:
+        return {}
+    if _job_full(job, state):
+        return {"limit": job.limit}
+    return {"group": job.concurrency_group, "limit": state["group_full"]}
+
+
+def _skip_message(job: registry.Job, state: dict[str, Any], reason: str) -> str:
+    if reason == enums.SkipReason.CONCURRENCY and not _job_full(job, state):
+        return (f"Skipped: the job's concurrency group {job.concurrency_group!r} already has "
+                f"{state['group_full']} runs at once, as many as CONCURRENCY_GROUPS allows.")
+    return SKIP_MESSAGES[reason]
+
+
 def _needs_state(job: registry.Job, execution_id: int | None, force: bool, rerun: bool) -> bool:
     if execution_id is not None:
         return True
-    if job.limit is not None:
+    if job.limit is not None or job.concurrency_group:
         return True
     slot_checked = job.pattern in (
         enums.ExecutionPattern.STANDARD, enums.ExecutionPattern.RERUN_ON_FAILURE
@@ -233,8 +253,12 @@ def begin(
             "own_trigger": None, "own_force": False, "blocker": None, "job_stale": False, "live_count": 0,
             "stale_ids": None,
         }
+        # 2. A job of a concurrency group takes the group's lock next (always after its row's).
+        group_full = groups.full(cursor, job.concurrency_group, job_id, execution_id or 0) \
+            if job.concurrency_group else None
         if lock_busy or _needs_state(job, execution_id, force, rerun):
             state = _slot_state(cursor, job_id, slot, execution_id or 0)
+        state["group_full"] = group_full
         if execution_id is not None:
             own = state["own_status"]
             if own is None:
@@ -262,16 +286,15 @@ def begin(
         buffered = state["own_trigger"] in BUFFERED_TRIGGERS and job.pattern != enums.ExecutionPattern.RATE_LIMITED
         if overlapping and execution_id is not None and (attempted or buffered):
             if own != S.RUNNING:  # an expired RUNNING attempt is the reconciler's to end first
-                waiting.mark(cursor, execution_id, state["blocker"],
-                             limit=job.limit if reason == enums.SkipReason.CONCURRENCY else None)
+                waiting.mark(cursor, execution_id, state["blocker"], **_waits_for(job, state, reason))
             return Claim(outcome=WAITING, execution_id=execution_id, status_seen=own, skip_reason=reason,
                          blocker=state["blocker"])
         if reason:
             return _record_skip(
                 cursor, job, job_id, slot, execution_date, trigger, execution_id, reason,
-                celery_task_id, worker, pid,
+                celery_task_id, worker, pid, message=_skip_message(job, state, reason),
             )
-        if state["job_stale"] and job.limit is not None:
+        if state["job_stale"] and (job.limit is not None or job.concurrency_group):
             _supersede(cursor, job_id, list(state["stale_ids"] or []), fence)
         if execution_id is not None:
             cursor.execute(
@@ -362,8 +385,9 @@ def _record_skip(
     celery_task_id: str,
     worker: str,
     pid: int | None,
+    *,
+    message: str,
 ) -> Claim:
-    message = SKIP_MESSAGES[reason]
     if execution_id is not None:
         cursor.execute(
             f"""

@@ -61,6 +61,9 @@ class Settings:
     #: Soft and hard time limits (seconds) of a job that declares none; ``None`` = no limit.
     DEFAULT_SOFT_TIME_LIMIT: float | None = None
     DEFAULT_TIME_LIMIT: float | None = None
+    #: Jitter (seconds) of a job that declares none: its slots are sent a fixed offset below
+    #: this after the slot, cut to a tenth of its declared schedule's shortest interval; 0 = none.
+    DEFAULT_JITTER: float = 0
     #: The reconciler: ``INTERVAL`` (seconds between passes on each worker; 0 turns the
     #: built-in timer off), ``PENDING_GRACE`` (seconds a dispatched execution may wait for a
     #: worker before its message is sent again), ``REPUBLISH_LIMIT`` (how many times),
@@ -89,6 +92,9 @@ class Settings:
     #: Days an alert row is kept once it is settled (sent, or given up); ``None`` = keep all.
     #: The reconciler deletes older ones once an hour, whatever ``RETENTION_DAYS`` says.
     ALERT_RETENTION_DAYS: int | None = 90
+    #: Limits shared by several jobs: ``{"warehouse": 2}`` lets at most two runs of all the jobs
+    #: declared with ``concurrency_group="warehouse"`` be live at once (see ``groups``).
+    CONCURRENCY_GROUPS: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 FIELDS = {field.name: field for field in dataclasses.fields(Settings)}

@@ -124,6 +124,7 @@ class Decision:
     run: list[dt.datetime]  # PENDING rows (CATCH_UP for all but the newest)
     missed: list[dt.datetime]  # MISSED rows
     tz: dt.tzinfo  # for each slot's execution date
+    jitter_ms: int = 0  # the job's dispatch offset: each slot's row records slot + this as when it was due
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -162,16 +163,18 @@ def dispatch_many(
     """
     if not decisions:
         return set(), [], 0
-    slot_rows: list[tuple[int, dt.datetime, dt.date, str, str, str]] = []
+    slot_rows: list[tuple[int, dt.datetime, dt.date, str, str, str, dt.datetime]] = []
     for decision in decisions:
         newest = max(decision.run) if decision.run else None
+        offset = dt.timedelta(milliseconds=decision.jitter_ms)
         for slot in decision.run:
             late = newest is not None and slot < newest
             slot_rows.append((decision.job_id, slot, slot.astimezone(decision.tz).date(), S.PENDING,
-                              enums.Trigger.CATCH_UP if late else trigger, str(uuid.uuid4())))
+                              enums.Trigger.CATCH_UP if late else trigger, str(uuid.uuid4()), slot + offset))
         for slot in decision.missed:
-            slot_rows.append((decision.job_id, slot, slot.astimezone(decision.tz).date(), S.MISSED, trigger, ""))
-    columns: list[list[Any]] = [list(column) for column in zip(*slot_rows, strict=True)] or [[] for _ in range(6)]
+            slot_rows.append((decision.job_id, slot, slot.astimezone(decision.tz).date(), S.MISSED, trigger, "",
+                              slot + offset))
+    columns: list[list[Any]] = [list(column) for column in zip(*slot_rows, strict=True)] or [[] for _ in range(7)]
     with connection.cursor() as cursor:
         cursor.execute(
             f"""
@@ -186,14 +189,14 @@ def dispatch_many(
                 RETURNING job.id, job.code, job.name
             ), slots AS (
                 SELECT * FROM unnest(%s::bigint[], %s::timestamptz[], %s::date[], %s::text[], %s::text[],
-                                     %s::text[])
-                    AS s(job_id, slot, execution_date, status, trigger, celery_task_id)
+                                     %s::text[], %s::timestamptz[])
+                    AS s(job_id, slot, execution_date, status, trigger, celery_task_id, due_at)
             ), inserted AS (
-                INSERT INTO {EXE} ({executions.INSERT_COLUMNS})
+                INSERT INTO {EXE} ({executions.INSERT_COLUMNS}, due_at)
                 SELECT s.job_id, a.code, a.name, s.slot, s.execution_date, 1, s.status, s.trigger, '',
                        false, now(), NULL, CASE WHEN s.status = %s THEN now() END, s.status = %s, NULL,
                        CASE WHEN s.status = %s THEN %s ELSE '' END, '', '', 0, s.celery_task_id, '',
-                       NULL, NULL, NULL, '[]'::jsonb
+                       NULL, NULL, NULL, '[]'::jsonb, s.due_at
                 FROM slots AS s JOIN advanced AS a ON a.id = s.job_id
                 ORDER BY s.job_id, s.slot
                 ON CONFLICT (job_id, slot, run_number) DO NOTHING
@@ -288,13 +291,14 @@ class DueJob:
     timezone: str  # the schedule's: what its cron is read in
     catch_up: str
     job_timezone: str  # the job's: what its slots' execution dates are read in
+    jitter_ms: int = 0  # its slots are sent this long after them (``due_at`` = next_run_at + it)
 
 
 def due_jobs(now: dt.datetime, limit: int = 1000, among: list[int] | None = None,
              skip_catch_up: str | None = None) -> list[DueJob]:
-    """Unpaused jobs whose next slot is due, oldest first, through the index on
-    ``next_run_at``; ``among`` limits it to some job ids, ``skip_catch_up`` leaves out the
-    jobs with that catch-up policy."""
+    """Unpaused jobs whose next slot is due to be sent (``due_at``: the slot plus the job's
+    jitter), the earliest first, through the index on ``due_at``; ``among`` limits it to some
+    job ids, ``skip_catch_up`` leaves out the jobs with that catch-up policy."""
     only = "" if among is None else "AND id = ANY(%s)"
     if skip_catch_up is not None:
         only += f" AND catch_up <> '{enums.CatchUp(skip_catch_up).value}'"
@@ -302,28 +306,29 @@ def due_jobs(now: dt.datetime, limit: int = 1000, among: list[int] | None = None
         cursor.execute(
             f"""
             SELECT id, next_run_at, task, name, schedule, coalesce(nullif(schedule_timezone, ''), timezone),
-                   catch_up, timezone
+                   catch_up, timezone, jitter_ms
             FROM {JOB}
-            WHERE next_run_at <= %s AND NOT paused {only}
-            ORDER BY next_run_at LIMIT %s
+            WHERE due_at <= %s AND NOT paused {only}
+            ORDER BY due_at LIMIT %s
             """,
             [now, limit] if among is None else [now, among, limit],
         )
         return [DueJob(job_id=int(row[0]), next_run_at=row[1], task=row[2], name=row[3], schedule=row[4],
-                       timezone=row[5], catch_up=row[6], job_timezone=row[7]) for row in cursor.fetchall()]
+                       timezone=row[5], catch_up=row[6], job_timezone=row[7], jitter_ms=int(row[8]))
+                for row in cursor.fetchall()]
 
 
 def next_due() -> tuple[dt.datetime | None, bool, dt.datetime]:
-    """The idle tick's one query: the earliest ``next_run_at`` of an unpaused job, whether
+    """The idle tick's one query: the earliest ``due_at`` (next slot plus jitter) of an unpaused job, whether
     any schedule was edited, and the database's clock (what "is it due" is decided by, so a
     beat whose own clock is off dispatches nothing early or late). Both lookups use an index
-    (``next_run_at``, and the partial index of edited jobs: written as a scalar subquery, not
+    (``due_at``, and the partial index of edited jobs: written as a scalar subquery, not
     ``EXISTS``, because only this form lets the planner use it — ``EXISTS`` scans the whole table)."""
     with connection.cursor() as cursor:
         cursor.execute(
             f"""
-            SELECT (SELECT next_run_at FROM {JOB} WHERE next_run_at IS NOT NULL AND NOT paused
-                    ORDER BY next_run_at LIMIT 1),
+            SELECT (SELECT due_at FROM {JOB} WHERE due_at IS NOT NULL AND NOT paused
+                    ORDER BY due_at LIMIT 1),
                    (SELECT id FROM {JOB} WHERE schedule_version <> schedule_seen ORDER BY id LIMIT 1) IS NOT NULL,
                    clock_timestamp()
             """

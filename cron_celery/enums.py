@@ -87,7 +87,7 @@ class SkipReason(Choices):
     OVERLAP = "OVERLAP", "Job already running"  # another slot of the job holds a live lease
     PAUSED = "PAUSED", "Job paused"  # the job is paused in the admin
     LOCK_UNAVAILABLE = "LOCK_UNAVAILABLE", "Lock unavailable"  # another server holds the lock
-    CONCURRENCY = "CONCURRENCY", "Concurrency limit"  # the job has max_concurrency live runs already
+    CONCURRENCY = "CONCURRENCY", "Concurrency limit"  # the job (max_concurrency) or its concurrency group is full
 
 
 class ExecutionPattern(Choices):

@@ -90,9 +90,9 @@ def check() -> Report:
         now, scheduled, identity, seen_at, age = cursor.fetchone()
         cursor.execute(
             f"""
-            SELECT name, code, next_run_at, extract(epoch FROM now() - next_run_at) FROM {JOB}
-            WHERE next_run_at < now() - make_interval(secs => %s) AND NOT paused
-            ORDER BY next_run_at LIMIT %s
+            SELECT name, code, next_run_at, extract(epoch FROM now() - due_at) FROM {JOB}  -- late after its jitter
+            WHERE due_at < now() - make_interval(secs => %s) AND NOT paused
+            ORDER BY due_at LIMIT %s
             """,
             [late, OVERDUE_SHOWN],
         )

@@ -20,7 +20,7 @@ _job_ids: dict[registry.Job, int] = {}
 
 #: The columns a declaration sets; a row whose values all match is left alone (not even touched).
 _DECLARED = ("name", "task", "pattern", "overlap", "timezone", "description", "catch_up", "max_retries",
-             "alert_after", "alert_repeat", "max_concurrency")
+             "alert_after", "alert_repeat", "max_concurrency", "concurrency_group", "jitter_ms")
 _INSERT = (f"INSERT INTO {JOB} AS job (name, code, {', '.join(_DECLARED[1:])}, paused, fence,"
            " consecutive_failures, last_status, created_at, updated_at)")
 _REFRESH = (f"ON CONFLICT (code) DO UPDATE SET {', '.join(f'{c} = EXCLUDED.{c}' for c in _DECLARED)},"
@@ -37,10 +37,10 @@ def ensure_job(job: registry.Job) -> int:
     """
     params: list[str | int | None] = [job.name, job.code, job.task_name, job.pattern, job.overlap, job.timezone,
                                 job.description, job.catch_up, job.max_retries, job.alert_after, job.alert_repeat,
-                                job.limit]
+                                job.limit, job.concurrency_group or "", job.jitter_ms]
     upsert = f"""
         {_INSERT}
-        VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, false, 0, 0, '', now(), now())
+        VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, false, 0, 0, '', now(), now())
         {_REFRESH}
         RETURNING id
         """
@@ -80,6 +80,8 @@ def ensure_jobs(jobs: list[registry.Job]) -> dict[str, int]:
     columns.append([job.alert_after for job in jobs])
     columns.append([job.alert_repeat for job in jobs])
     columns.append([job.limit for job in jobs])
+    columns.append([job.concurrency_group or "" for job in jobs])
+    columns.append([job.jitter_ms for job in jobs])
     try:
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(
@@ -87,7 +89,7 @@ def ensure_jobs(jobs: list[registry.Job]) -> dict[str, int]:
                 {_INSERT}
                 SELECT d.*, false, 0, 0, '', now(), now()
                 FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[],
-                            %s::text[], %s::int[], %s::int[], %s::int[], %s::int[]) AS d
+                            %s::text[], %s::int[], %s::int[], %s::int[], %s::int[], %s::text[], %s::int[]) AS d
                 {_REFRESH}
                 """,
                 columns,

@@ -53,7 +53,7 @@ class DatabaseCollector(Collector):
             cursor.execute(
                 f"""
                 SELECT id, name, fenced_count, extract(epoch FROM last_success_at), consecutive_failures,
-                       (NOT paused AND next_run_at < now() - make_interval(secs => %s))
+                       (NOT paused AND due_at < now() - make_interval(secs => %s))
                 FROM {JOB} ORDER BY name
                 """,
                 [late],

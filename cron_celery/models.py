@@ -71,6 +71,18 @@ class CronJob(models.Model):
         null=True, blank=True,
         help_text="Live runs allowed at once (1 for overlap 'skip'); empty = any number. Declared in code",
     )
+    concurrency_group = models.CharField(
+        max_length=100, blank=True, db_default="",
+        help_text="The shared limit this job counts against (CONCURRENCY_GROUPS); empty = none. Declared in code",
+    )
+    jitter_ms = models.IntegerField(
+        db_default=0, help_text="Each slot is sent this many milliseconds after it (its jitter). Declared in code",
+    )
+    # Kept by a trigger (migration 0016): next_run_at plus the jitter, what the beat's "is it due" reads.
+    due_at = models.DateTimeField(
+        null=True, blank=True, editable=False, db_index=True,
+        help_text="When the next slot is sent: next_run_at + jitter (UTC)",
+    )
     alert_repeat = models.IntegerField(
         null=True, blank=True, help_text="Seconds between repeated alerts of one incident; empty = once"
     )
@@ -145,8 +157,11 @@ class CronExecution(models.Model):
     sentry_checkin_id = models.CharField(max_length=64, blank=True, db_default="")
     waiting_since = models.DateTimeField(
         null=True, blank=True,
-        help_text="PENDING or RETRYING behind a live run of its overlap-skip job: when it began to wait "
-                  "(it runs when that run ends)",
+        help_text="PENDING or RETRYING with no room (overlap skip, max_concurrency, its concurrency group): "
+                  "when it began to wait (it runs when a run ends)",
+    )
+    due_at = models.DateTimeField(
+        null=True, blank=True, help_text="A scheduled slot: when it was due to be sent (the slot plus its jitter)",
     )
 
     class Meta:

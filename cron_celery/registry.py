@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import hashlib
 import re
 import threading
 import zoneinfo
@@ -54,6 +55,21 @@ class Job:
     alert_repeat: int | None = None
     #: For overlap ``allow`` jobs: at most this many live runs at once (None: no limit).
     max_concurrency: int | None = None
+    #: A limit shared with other jobs (``CONCURRENCY_GROUPS[name]`` live runs of all its jobs at
+    #: once; see ``groups``); None: the job belongs to no group.
+    concurrency_group: str | None = None
+    #: Seconds: each slot's message is sent ``jitter_ms`` after the slot (a fixed offset in
+    #: ``[0, jitter)`` derived from the code); 0 = at the slot. The slot itself does not move.
+    jitter: float = 0
+
+    @property
+    def jitter_ms(self) -> int:
+        """This job's dispatch offset in milliseconds: the same on every beat and after every
+        deploy (a hash of the code, not of the process), below ``jitter``."""
+        span = int(self.jitter * 1000)
+        if span <= 0:
+            return 0
+        return int.from_bytes(hashlib.sha256(self.code.encode()).digest()[:8], "big") % span
 
     def notify_for(self, kind: str) -> tuple[str, ...] | None:
         """This job's own channels for ``on_failure``/``on_recovery``/``on_success``, if it has any."""
@@ -132,6 +148,8 @@ def declare(
     alert_after: object = 1,
     alert_repeat: object = None,
     max_concurrency: object = None,
+    concurrency_group: object = None,
+    jitter: object = None,
 ) -> Job:
     """Validate a declaration and build its ``Job``; raises ``ImproperlyDeclared``."""
     if not isinstance(name, str) or not NAME_RE.match(name):
@@ -186,8 +204,17 @@ def declare(
         raise exceptions.ImproperlyDeclared(
             f"max_concurrency is for jobs declared with overlap='allow': {one} already runs one at a time.",
             job=name)
+    group: str | None = None
+    if concurrency_group is not None:
+        if not (isinstance(concurrency_group, str) and NAME_RE.match(concurrency_group)):
+            raise exceptions.ImproperlyDeclared(
+                "concurrency_group must name a group of CRON_CELERY['CONCURRENCY_GROUPS'] (a lower-case slug), "
+                f"not {concurrency_group!r}.", job=name)
+        group = concurrency_group
     return Job(
+        jitter=_jitter(name, jitter, parsed),
         max_concurrency=None if concurrency is None else int(concurrency),
+        concurrency_group=group,
         notify=_notify(name, notify),
         alert_after=int(after or 1),
         alert_repeat=None if repeat is None else int(repeat),
@@ -224,6 +251,38 @@ def _number(
         bound = "greater than 0" if positive else "at least 0"
         raise exceptions.ImproperlyDeclared(f"{what} must be {kind} {bound}, not {value!r}.", job=job)
     return number
+
+
+#: Slots sampled to find a declared schedule's shortest interval (what a jitter must stay under).
+_GAP_SAMPLE = 48
+
+
+def shortest_interval(schedule: schedules.Schedule) -> float:
+    """The shortest time between two slots of the schedule, in seconds (sampled from 2001-01-01)."""
+    slot = schedule.next_after(dt.datetime(2001, 1, 1, tzinfo=dt.UTC))
+    gaps = []
+    for _ in range(_GAP_SAMPLE):
+        following = schedule.next_after(slot)
+        gaps.append((following - slot).total_seconds())
+        slot = following
+    return min(gaps)
+
+
+def _jitter(job: str, value: object, schedule: schedules.Schedule | None) -> float:
+    """The declared ``jitter`` (shorter than the schedule's shortest interval), or
+    ``DEFAULT_JITTER`` cut to a tenth of that interval; 0 for none."""
+    declared = _number(job, "jitter", value, optional=True)
+    gap = shortest_interval(schedule) if schedule is not None else None
+    if declared is None:
+        configured = conf.settings.DEFAULT_JITTER  # a bad value is cron_celery.E002
+        valid = isinstance(configured, int | float) and not isinstance(configured, bool) and 0 <= configured < 1e9
+        default = float(configured) if valid else 0.0
+        return min(default, gap / 10) if gap is not None else default
+    if gap is not None and declared >= gap:
+        raise exceptions.ImproperlyDeclared(
+            f"jitter ({declared:g} s) must be shorter than the schedule's shortest interval ({gap:g} s): "
+            "a slot would be sent after the next one is due.", job=job)
+    return declared
 
 
 NOTIFY_KINDS = ("on_failure", "on_recovery", "on_success")

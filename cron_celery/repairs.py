@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 from typing import Any
 
 from django.db import connection, transaction
 
-from cron_celery import executions
+from cron_celery import executions, groups
 
 JOB = executions.JOB
 EXE = executions.EXE
@@ -159,6 +160,7 @@ def stranded(grace: float, batch: int) -> list[tuple[Any, ...]]:
     reconciler pass): (id, job id, slot, status, trigger, times sent again, Celery task id, task
     name, the job's catch-up policy, whether it waited its turn, whether a newer beat slot of the
     job exists, created at)."""
+    group_limits = json.dumps(groups.limits())
     with connection.cursor() as cursor:
         cursor.execute(
             f"""
@@ -170,17 +172,22 @@ def stranded(grace: float, batch: int) -> list[tuple[Any, ...]]:
             FROM {JOB} AS j CROSS JOIN LATERAL (
                 SELECT * FROM {EXE} WHERE job_id = j.id AND status IN ('PENDING', 'RETRYING')
                   AND coalesce(lease_until, created_at) < now() - make_interval(secs => %s)) AS e
-            -- A waiting execution is stranded only once its job has room for a run, and only
-            -- the job's oldest one: it is the one that runs next.
+            -- A waiting execution is stranded only once its job has room for a run (and its
+            -- concurrency group, counted as groups counts it), and only the job's oldest one: it
+            -- is the one that runs next.
             WHERE e.waiting_since IS NULL OR (
-                (SELECT count(*) FROM {EXE} AS r WHERE r.job_id = e.job_id AND r.status = 'RUNNING'
-                 AND r.lease_until > now()) < coalesce(j.max_concurrency, 1)
+                (j.max_concurrency IS NULL
+                 OR (SELECT count(*) FROM {EXE} AS r WHERE r.job_id = e.job_id AND r.status = 'RUNNING'
+                     AND r.lease_until > now()) < j.max_concurrency)
+                AND (j.concurrency_group = '' OR NOT (%s::jsonb ? j.concurrency_group)
+                     OR ({groups.holding('j.concurrency_group', 'j.id', 'e.id')})
+                        < (%s::jsonb ->> j.concurrency_group)::int)
                 AND e.id = (SELECT w.id FROM {EXE} AS w WHERE w.job_id = e.job_id
                             AND w.status IN ('PENDING', 'RETRYING') AND w.waiting_since IS NOT NULL
                             ORDER BY w.slot, w.id LIMIT 1))
             ORDER BY e.job_id, e.slot LIMIT %s
             """,
-            [grace, batch],
+            [grace, group_limits, group_limits, batch],
         )
         return list(cursor.fetchall())
 

@@ -48,7 +48,8 @@ def monitor_config(job: registry.Job) -> dict[str, Any]:
         "schedule": schedule,
         # A schedule may carry its own zone (daily(at(6).am(), timezone=...)); it wins.
         "timezone": job.schedule.timezone or job.timezone,
-        "checkin_margin": int(options().get("checkin_margin", 1)),
+        # A job with jitter checks in up to its offset after the slot: the margin covers it.
+        "checkin_margin": int(options().get("checkin_margin", 1)) + math.ceil(job.jitter_ms / 60_000),
         "max_runtime": max(1, math.ceil((per_attempt * (job.max_retries + 1) + waits) / 60)),
         "failure_issue_threshold": max(1, job.alert_after),
         "recovery_threshold": int(options().get("recovery_threshold", 1)),

@@ -14,7 +14,7 @@ from typing import Any, ClassVar, TypeVar, overload
 import celery
 from celery import shared_task
 
-from cron_celery import dispatch, enums, exceptions, jobs, registry, runs, schedules, waiting
+from cron_celery import dispatch, enums, exceptions, groups, jobs, registry, runs, schedules, waiting
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ DECLARATION_OPTIONS = ("name", "code", "pattern", "execution_pattern", "overlap"
 #: Job options that ``cron_task`` and ``register_task`` take besides Celery's own.
 JOB_OPTIONS = ("max_retries", "retry_backoff", "retry_backoff_max", "retry_jitter", "retry_on",
                "retry_on_failure", "soft_time_limit", "time_limit", "notify", "alert_after", "alert_repeat",
-               "max_concurrency")
+               "max_concurrency", "concurrency_group", "jitter")
 
 
 def headers(execution_id: int, slot: dt.datetime, trigger: str, *, force: bool = False,
@@ -129,13 +129,16 @@ def _due(options: dict[str, Any]) -> dt.datetime:
 
 
 def send_waiting(app: celery.Celery, job: registry.Job) -> None:
-    """A run of this job with a limit (overlap ``skip``, ``max_concurrency``) just ended: send its
-    oldest waiting execution, if any (``waiting``). If the broker refuses, the reconciler sends
-    it after ``PENDING_GRACE``."""
-    if job.limit is None:
+    """A run of this job with a limit (overlap ``skip``, ``max_concurrency``, a concurrency group)
+    just ended: send the execution that waits for its place, if any — the job's oldest (``waiting``),
+    or for a job of a group the group's oldest that fits (``groups``). If the broker refuses, the
+    reconciler sends it after ``PENDING_GRACE``."""
+    grouped = job.concurrency_group is not None and groups.limit(job.concurrency_group) is not None
+    if job.limit is None and not grouped:
         return
     try:
-        nxt = waiting.next_to_run(jobs.job_id(job))
+        nxt = groups.next_to_run(job.concurrency_group) if grouped and job.concurrency_group \
+            else waiting.next_to_run(jobs.job_id(job))
         if nxt is not None:
             send(app, nxt.task_name, execution_id=nxt.execution_id, slot=nxt.slot, trigger=nxt.trigger,
                  celery_task_id=nxt.celery_task_id or None)

@@ -1,4 +1,4 @@
-"""Buffered executions: which waiting execution of an overlap-``skip`` job runs next.
+"""Buffered executions: which waiting execution of a job with a limit runs next.
 
 A slot that a person or the catch-up policy asked for (a backfill, a catch-up ``all`` slot, an
 enqueued or admin run) and a retry never skip because another execution of their job is
@@ -26,14 +26,18 @@ EXE = models.CronExecution._meta.db_table
 JOB = models.CronJob._meta.db_table
 
 
-def mark(cursor: Any, execution_id: int, blocker: int | None, *, limit: int | None = None) -> None:
+def mark(cursor: Any, execution_id: int, blocker: int | None, *, limit: int | None = None,
+         group: str | None = None) -> None:
     """Record that the execution waits (inside the claim's transaction, under the job's lock).
 
     ``lease_until`` restarts the reconciler's grace period and ``republished`` starts again (its
     message arrived: it was not lost); a PENDING execution's message says what it waits for (a
-    RETRYING one keeps its last attempt's error). ``limit``: the job's ``max_concurrency``, when
-    that is what it waits for."""
-    if limit is not None:
+    RETRYING one keeps its last attempt's error). ``limit``: the job's ``max_concurrency``, or its
+    concurrency ``group``'s limit, when that is what it waits for."""
+    if group is not None:
+        note = (f"Waiting: the job's concurrency group {group!r} has {limit} runs at once; "
+                "this one runs when one of them ends.")
+    elif limit is not None:
         note = f"Waiting: the job has {limit} runs at once (its max_concurrency); this one runs when one ends."
     elif blocker:
         note = f"Waiting: execution {blocker} of this job is running; this one runs when it ends."

@@ -99,6 +99,8 @@ CRON_CELERY = {
         "PENDING_GRACE": float(os.environ.get("CRON_TEST_PENDING_GRACE", "300")),
         "MISSED_GRACE": float(os.environ.get("CRON_TEST_MISSED_GRACE", "120")),
     },
+    # The warehouse jobs (tests/jobsapp/jobs_buffer.py) share two places.
+    "CONCURRENCY_GROUPS": {"warehouse": 2},
 }
 if os.environ.get("CRON_TEST_WEBHOOK_URL"):  # fault tests: alerts go to the test's own HTTP server
     CRON_CELERY["NOTIFICATIONS"] = {"on_failure": ["webhook"], "on_recovery": ["webhook"],

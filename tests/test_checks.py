@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+from django.conf import settings
 from django.test import override_settings
 
 from cron_celery import checks
@@ -139,7 +140,7 @@ def test_a_worker_or_beat_with_a_check_error_refuses_to_start(command: tuple[str
 
 
 def test_a_silenced_check_does_not_stop_a_worker():
-    with override_settings(CRON_CELERY={"LOCK": {"TTL": 120}, "LEASE_SECONDS": 60}):
+    with override_settings(CRON_CELERY={**settings.CRON_CELERY, "LOCK": {"TTL": 120}, "LEASE_SECONDS": 60}):
         with pytest.raises(SystemExit):
             checks.refuse_to_start("worker")
         with override_settings(SILENCED_SYSTEM_CHECKS=["cron_celery.E007"]):

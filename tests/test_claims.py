@@ -75,6 +75,11 @@ NOTHING = {"succeeded": False, "failed": False, "live": False, "stale": False, "
         ("always", "allow", {"job_live": True, "live_count": 2, "concurrent": 2}, {"force": True},
          SkipReason.CONCURRENCY),
         ("always", "allow", {"job_live": True, "live_count": 5}, {}, ""),  # no limit declared
+        # A full concurrency group (groups.full gave its limit) refuses whatever the job's own count.
+        ("always", "allow", {"group_full": 2}, {}, SkipReason.CONCURRENCY),
+        ("always", "allow", {"group_full": 2}, {"force": True}, SkipReason.CONCURRENCY),
+        ("always", "allow", {"group_full": None, "live_count": 1, "concurrent": 2}, {}, ""),
+        ("standard", "skip", {"group_full": 2, "job_live": True}, {}, SkipReason.OVERLAP),
     ],
 )
 def test_decision_table(pattern, overlap, state, flags, expected):

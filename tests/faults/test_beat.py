@@ -269,3 +269,27 @@ def test_a_leader_stopped_with_sigterm_hands_over_at_once_not_after_its_lease(tm
                 if proc.poll() is None:
                     os.killpg(proc.pid, signal.SIGCONT)
                 stop(proc)
+
+
+def test_two_beats_send_each_slot_of_jobs_with_jitter_once_at_its_offset_never_before(tmp_path, marker):
+    """Jitter with two beats that both dispatch (a stale leader): four five-second jobs with
+    ``jitter=4.5`` each get a fixed offset from their code; every slot is recorded once at its
+    nominal time, with ``due_at`` = slot + the job's offset, and its message is sent at that
+    moment — never before it, and before the next slot of the job is due."""
+    _logs, _, stopped = run_two_beats(tmp_path, marker, 30, workers=1, CRON_TEST_JITTER="1",
+                                      CRON_CELERY_BEAT_ALWAYS_LEAD="1")
+    jittered = {f"jittered-{i}": 5 for i in range(4)}
+    assert_every_slot_once(marker, jittered, stopped - 4.5)  # the last slots are sent up to 4.5 s late
+    offsets = {}
+    for name in jittered:
+        job = CronJob.objects.get(name=name)
+        assert 0 <= job.jitter_ms < 4500
+        offsets[name] = job.jitter_ms
+        for row in CronExecution.objects.filter(task_name=name):
+            assert row.slot.timestamp() % 5 == 0, row.slot  # the slot stays the nominal time
+            offset = dt.timedelta(milliseconds=job.jitter_ms)
+            assert row.due_at == row.slot + offset, (row.slot, row.due_at, job.jitter_ms)
+            assert row.due_at <= row.created_at < row.due_at + dt.timedelta(seconds=5), (
+                name, row.slot, row.due_at, row.created_at)
+            assert row.started is not None and row.started >= row.due_at
+    assert len(set(offsets.values())) == 4, offsets  # spread, not all at one instant

@@ -60,14 +60,31 @@ def delayed_now(run: Run) -> str:
     return run.slot.isoformat()
 
 
-@cron_task(name="three-at-once", code="W006", pattern="always", overlap="allow", max_concurrency=3)
-def three_at_once(run: Run) -> str:
-    """At most three at once (``max_concurrency=3``); takes CRON_TEST_SLEEP seconds (default 1.5).
-    Writes ``three-at-once SLOT START END PID`` (its own clock) when it ends."""
+def _timed(run: Run, label: str) -> str:
+    """Take CRON_TEST_SLEEP seconds (default 1.5); write ``LABEL SLOT START END PID`` (its own clock)
+    when it ends."""
     began = time.time()
     time.sleep(float(os.environ.get("CRON_TEST_SLEEP", "1.5")))
     path = os.environ.get("CRON_TEST_MARKER")
     if path:
         with open(path, "a", encoding="utf-8") as handle:
-            handle.write(f"three-at-once {run.slot.isoformat()} {began:.6f} {time.time():.6f} {os.getpid()}\n")
+            handle.write(f"{label} {run.slot.isoformat()} {began:.6f} {time.time():.6f} {os.getpid()}\n")
     return "ok"
+
+
+@cron_task(name="three-at-once", code="W006", pattern="always", overlap="allow", max_concurrency=3)
+def three_at_once(run: Run) -> str:
+    """At most three at once (``max_concurrency=3``)."""
+    return _timed(run, "three-at-once")
+
+
+@cron_task(name="warehouse-load", code="W007", pattern="always", overlap="allow", concurrency_group="warehouse")
+def warehouse_load(run: Run) -> str:
+    """Any number at once on its own, but it shares the ``warehouse`` group's two places."""
+    return _timed(run, "warehouse-load")
+
+
+@cron_task(name="warehouse-vacuum", code="W008", pattern="always", overlap="skip", concurrency_group="warehouse")
+def warehouse_vacuum(run: Run) -> str:
+    """One at a time (overlap ``skip``), and one of the ``warehouse`` group's two places."""
+    return _timed(run, "warehouse-vacuum")

@@ -111,7 +111,7 @@ def plain_ping() -> None:
             handle.write(f"plain-ping {time.time():.3f} {os.getpid()}\n")
 
 
-def _ticker(name: str, code: str, seconds: int, **options: str) -> None:
+def _ticker(name: str, code: str, seconds: int, **options: object) -> None:
     """A job that marks each run, every ``seconds``, named ``name`` (task ``tests.jobsapp.tasks.<name>``)."""
 
     def body(run: Run) -> str:
@@ -132,6 +132,13 @@ if os.environ.get("CRON_TEST_FLEET") == "1":
     for _index in range(20):
         _ticker(f"fleet-{_index:02d}", f"F{_index:02d}", 1 + _index % 2, catch_up="all",
                 pattern="always" if _index % 2 == 0 else "standard", overlap="allow" if _index % 2 == 0 else "skip")
+
+# Four five-second jobs, each sent a fixed offset below 4.5 s after its slots (jitter), declared
+# when CRON_TEST_JITTER is set (tests/faults/test_beat.py runs two beats under them).
+if os.environ.get("CRON_TEST_JITTER") == "1":
+    for _index in range(4):
+        _ticker(f"jittered-{_index}", f"J{_index:02d}", 5, jitter=4.5, pattern="always", overlap="allow",
+                catch_up="all")
 
 
 # Retries, time limits and dying workers (tests/test_retries.py, tests/faults/test_retries.py).
