@@ -34,6 +34,7 @@ from cron_celery import (
     alerts,
     backfill,
     dashboard,
+    dependencies,
     enums,
     exceptions,
     models,
@@ -84,6 +85,9 @@ class BackfillForm(forms.Form):
     start = forms.DateField(label="From", help_text="First date, in the job's timezone")
     end = forms.DateField(label="To", help_text="Last date (inclusive)")
     force = forms.BooleanField(required=False, label="Also slots that already ran")
+    cascade = forms.BooleanField(required=False, label="Cascade: also run the jobs that run after it",
+                                 help_text="Each slot that succeeds runs that slot of its downstream jobs "
+                                           "(declared with after=) again")
 
 
 @admin.register(models.CronJob)
@@ -97,6 +101,16 @@ class CronJobAdmin(ReadOnly):
     list_display_links = ("job_name",)
     # No filter panel: the dashboard needs the width; sort by status or search instead.
     search_fields = ("name", "code", "task")
+    readonly_fields = ("runs_after",)
+
+    @admin.display(description="dependencies (after=)")
+    def runs_after(self, job: models.CronJob) -> str:
+        after, before = dependencies.neighbours(job.id)
+        if not after and not before:
+            return "-"
+        said = [f"runs after {', '.join(after)}"] if after else []
+        said += [f"runs before {', '.join(before)}"] if before else []
+        return "; ".join(said)
     list_per_page = 50
     actions = ("run_now", "pause", "resume", "backfill_range")
 
@@ -229,7 +243,7 @@ class CronJobAdmin(ReadOnly):
                     continue
                 try:
                     planned = backfill.plan(declared, form.cleaned_data["start"], form.cleaned_data["end"],
-                                            force=form.cleaned_data["force"])
+                                            force=form.cleaned_data["force"], cascade=form.cleaned_data["cascade"])
                     started = backfill.start(declared, planned)
                 except exceptions.CronCeleryError as error:
                     self.message_user(request, f"{job.name}: {error}", messages.ERROR)
@@ -333,14 +347,15 @@ class CronExecutionAdmin(ReadOnly):
     list_select_related = ("job",)
     show_full_result_count = False  # no count(*) over the whole history on every page
     paginator = EstimatedCountPaginator
-    actions = ("rerun", "mark_lost", "export_csv")
+    actions = ("rerun", "rerun_cascade", "mark_lost", "export_csv")
     inlines = (AlertInline,)
-    readonly_fields = ("attempt_history", "duration")
+    readonly_fields = ("attempt_history", "duration", "chain")
     fieldsets = (
         (None, {"fields": ("job", "task_name", "task_code", "slot", "due_at", "execution_date", "run_number", "status",
                            "trigger", "skip_reason", "forced")}),
         ("Outcome", {"fields": ("started", "ended", "duration", "success", "message", "error_code", "traceback",
                                 "result")}),
+        ("Chain (after=)", {"fields": ("chain", "upstream_execution_id", "cascade")}),
         ("Attempts", {"fields": ("retry_count", "attempt_history", "fence", "worker", "pid", "lease_until",
                                  "celery_task_id", "republished")}),
     )
@@ -384,6 +399,26 @@ class CronExecutionAdmin(ReadOnly):
         first = row.message.splitlines()[0] if row.message else ""
         return first[:100]
 
+    @admin.display(description="this slot across its chain")
+    def chain(self, row: models.CronExecution) -> SafeString | str:
+        """Each job this one runs after and before, with its latest execution of the slot; the
+        first that did not succeed is where the chain stopped."""
+        steps = dependencies.chain(row.job_id, row.slot)
+        if len(steps) < 2:
+            return "-"
+        stopped = next((step.job for step in steps if step.status not in (S.SUCCEEDED, "")), None)
+        link = reverse("admin:cron_celery_cronexecution_change", args=[0]).replace("/0/", "/{}/")
+        cells = [(
+            "upstream" if step.depth < 0 else "this job" if step.depth == 0 else "downstream", step.job,
+            format_html('<a href="{}">{}</a>', link.format(step.execution_id), step.execution_id)
+            if step.execution_id else "not yet",
+            dashboard.badge(step.status) if step.status else "",
+            "the chain stopped here" if step.job == stopped else "",
+        ) for step in steps]
+        rows = format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>", cells)
+        return format_html("<table><thead><tr><th></th><th>job</th><th>execution</th><th>status</th><th></th></tr>"
+                           "</thead><tbody>{}</tbody></table>", rows)
+
     @admin.display(description="every attempt")
     def attempt_history(self, row: models.CronExecution) -> SafeString:
         entries = row.attempts or [{"attempt": 1, "started": row.started, "ended": row.ended, "worker": row.worker,
@@ -402,12 +437,20 @@ class CronExecutionAdmin(ReadOnly):
 
     @admin.action(description="Re-run the selected slots (forced)", permissions=["operate"])
     def rerun(self, request: HttpRequest, queryset: QuerySet[models.CronExecution]) -> None:
+        self._rerun(request, queryset, cascade=False)
+
+    @admin.action(description="Re-run the selected slots and, when they succeed, their downstream jobs (cascade)",
+                  permissions=["operate"])
+    def rerun_cascade(self, request: HttpRequest, queryset: QuerySet[models.CronExecution]) -> None:
+        self._rerun(request, queryset, cascade=True)
+
+    def _rerun(self, request: HttpRequest, queryset: QuerySet[models.CronExecution], *, cascade: bool) -> None:
         for row in queryset.select_related("job"):
             declared = _declared_or_say(self, request, row.job)
             if declared is None:
                 continue
             try:
-                sent = tasks.send_run(declared, row.slot, enums.Trigger.ADMIN, force=True)
+                sent = tasks.send_run(declared, row.slot, enums.Trigger.ADMIN, force=True, cascade=cascade)
             except exceptions.CronCeleryError as error:
                 self.message_user(request, f"{row}: {error}", messages.ERROR)
                 continue

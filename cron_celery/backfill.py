@@ -35,15 +35,19 @@ IN_REQUEST = 20
 class Plan:
     slots: list[dt.datetime]  # to send, oldest first
     done: list[dt.datetime]  # left out: they already ran (or run now)
+    cascade: bool = False  # each slot's success runs the downstream jobs' slot again
 
 
 def plan(job: registry.Job, start: str | dt.date, end: str | dt.date, *, force: bool = False,
-         limit: int = LIMIT) -> Plan:
+         limit: int = LIMIT, cascade: bool = False) -> Plan:
     first = start if isinstance(start, dt.date) else schedules.parse_date(start)
     last = end if isinstance(end, dt.date) else schedules.parse_date(end)
     if last < first:
         raise exceptions.InvalidSlot(f"the range ends ({last}) before it starts ({first}).", value=str(end))
     schedule = schedule_sync.in_effect(job).schedule
+    if schedule is None and job.after:
+        raise exceptions.InvalidSlot(f"job {job.name!r} runs after {', '.join(job.after)}: backfill them with "
+                                     "cascade, and it runs after each slot they succeed in.", value=job.name)
     if schedule is None:
         raise exceptions.InvalidSlot(f"job {job.name!r} has no schedule; run single slots with run_cron_task --at.",
                                      value=job.name)
@@ -55,18 +59,18 @@ def plan(job: registry.Job, start: str | dt.date, end: str | dt.date, *, force: 
             f"{first}..{last} holds more than {limit} slots of {job.name}; backfill a shorter range (or raise "
             "--limit).", value=f"{first}..{last}")
     if force or not slots:
-        return Plan(slots=slots, done=[])
+        return Plan(slots=slots, done=[], cascade=cascade)
     taken = set(models.CronExecution.objects.filter(
         task_code=job.code, slot__in=slots,
         status__in=[enums.Status.SUCCEEDED, enums.Status.PENDING, enums.Status.RUNNING, enums.Status.RETRYING],
     ).values_list("slot", flat=True))
-    return Plan(slots=[slot for slot in slots if slot not in taken], done=sorted(taken))
+    return Plan(slots=[slot for slot in slots if slot not in taken], done=sorted(taken), cascade=cascade)
 
 
 def record(job: registry.Job, planned: Plan) -> list[dispatch.ToPublish]:
     """Record every planned slot PENDING (trigger BACKFILL, forced), in one statement."""
     return dispatch.enqueue_many(job=job, job_id=jobs.job_id(job), slots=planned.slots,
-                                 trigger=enums.Trigger.BACKFILL, forced=True)
+                                 trigger=enums.Trigger.BACKFILL, forced=True, cascade=planned.cascade)
 
 
 def publish(job: registry.Job, rows: list[dispatch.ToPublish], total: int | None = None) -> int:

@@ -91,6 +91,7 @@ def register() -> None:
     checks.register(check_operations, TAG)
     checks.register(check_tokens, TAG)
     checks.register(check_groups, TAG)
+    checks.register(check_dependencies, TAG)
 
 
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
@@ -364,3 +365,12 @@ def check_groups(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMes
 
     return [checks.Error(problem, hint="See docs/configuration.md#concurrency_groups.", id="cron_celery.E015")
             for problem in groups.problems(registry.all_jobs())]
+
+
+def check_dependencies(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """The jobs declared with ``after=`` (E016: an upstream that is not declared, upstreams that do
+    not share one schedule — the downstream's slots would never, or only sometimes, come)."""
+    from cron_celery import dependencies, registry
+
+    return [checks.Error(problem, hint="See docs/concepts.md#dependencies-after.", id="cron_celery.E016")
+            for problem in dependencies.problems(registry.all_jobs())]

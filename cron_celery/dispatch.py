@@ -32,22 +32,24 @@ def enqueue(
     trigger: str,
     forced: bool = False,
     force: bool = False,
+    cascade: bool = False,
 ) -> tuple[int, int]:
     """Insert a PENDING execution for a message about to be published; (id, run_number).
 
     ``forced``: past the slot check (``--rerun``/``--force``); ``force``: also past a pause
-    (``--force``). Both are kept on the row, so every later send of it keeps them."""
+    (``--force``). Both are kept on the row, so every later send of it keeps them. ``cascade``:
+    its success runs the slot of the jobs declared ``after=`` it again (``dependencies``)."""
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(f"SELECT 1 FROM {JOB} WHERE id = %s FOR UPDATE", [job_id])
         inserted = executions.insert(cursor, job, job_id, slot, execution_date, trigger, status=S.PENDING,
                            forced=forced or force)
-        if force:
-            cursor.execute(f"UPDATE {EXE} SET force = true WHERE id = %s", [inserted[0]])
+        if force or cascade:
+            cursor.execute(f"UPDATE {EXE} SET force = %s, cascade = %s WHERE id = %s", [force, cascade, inserted[0]])
         return inserted
 
 
 def enqueue_many(*, job: registry.Job, job_id: int, slots: list[dt.datetime], trigger: str,
-                 forced: bool = False) -> list[ToPublish]:
+                 forced: bool = False, cascade: bool = False) -> list[ToPublish]:
     """Insert a PENDING execution for each slot (the slot's next run number), each with a Celery
     task id chosen here, in one statement under the job's lock; they are to be published by
     whoever asked (a backfill). Rows that are never published are the reconciler's: it sends a
@@ -60,18 +62,18 @@ def enqueue_many(*, job: registry.Job, job_id: int, slots: list[dt.datetime], tr
         cursor.execute(f"SELECT 1 FROM {JOB} WHERE id = %s FOR UPDATE", [job_id])
         cursor.execute(
             f"""
-            INSERT INTO {EXE} ({executions.INSERT_COLUMNS})
+            INSERT INTO {EXE} ({executions.INSERT_COLUMNS}, cascade)
             SELECT %(job)s, %(code)s, %(name)s, s.slot, s.execution_date,
                    coalesce((SELECT max(run_number) FROM {EXE} WHERE job_id = %(job)s AND slot = s.slot), 0) + 1,
                    'PENDING', %(trigger)s, '', %(forced)s, now(), NULL, NULL, false, NULL, '', '', '', 0,
-                   s.celery_task_id, '', NULL, NULL, NULL, '[]'::jsonb
+                   s.celery_task_id, '', NULL, NULL, NULL, '[]'::jsonb, %(cascade)s
             FROM unnest(%(slots)s::timestamptz[], %(dates)s::date[], %(ids)s::text[])
                 AS s(slot, execution_date, celery_task_id)
             ORDER BY s.slot
             RETURNING id, slot, celery_task_id
             """,
             {"job": job_id, "code": job.code, "name": job.name, "trigger": trigger, "forced": forced,
-             "slots": slots, "dates": dates, "ids": task_ids},
+             "slots": slots, "dates": dates, "ids": task_ids, "cascade": cascade},
         )
         rows = cursor.fetchall()
     return sorted((ToPublish(execution_id=int(row[0]), job_id=job_id, slot=row[1], trigger=trigger,

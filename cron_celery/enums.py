@@ -79,6 +79,7 @@ class Trigger(Choices):
     DIRECT = "DIRECT", "Direct call"  # the Celery task was called without cron headers
     CATCH_UP = "CATCH_UP", "Catch-up"  # a missed slot run after scheduler downtime
     BACKFILL = "BACKFILL", "Backfill"  # a past slot run on purpose
+    UPSTREAM = "UPSTREAM", "Upstream"  # a job declared with after=: its upstream jobs' slot succeeded
 
 
 class SkipReason(Choices):
@@ -88,6 +89,7 @@ class SkipReason(Choices):
     PAUSED = "PAUSED", "Job paused"  # the job is paused in the admin
     LOCK_UNAVAILABLE = "LOCK_UNAVAILABLE", "Lock unavailable"  # another server holds the lock
     CONCURRENCY = "CONCURRENCY", "Concurrency limit"  # the job (max_concurrency) or its concurrency group is full
+    UPSTREAM = "UPSTREAM", "Upstream did not succeed"  # an upstream job's execution of the slot failed or was skipped
 
 
 class ExecutionPattern(Choices):

@@ -163,6 +163,14 @@ class CronExecution(models.Model):
     due_at = models.DateTimeField(
         null=True, blank=True, help_text="A scheduled slot: when it was due to be sent (the slot plus its jitter)",
     )
+    # Jobs declared with after=: the upstream execution whose end created this one (its success,
+    # or the failure or skip that stopped the chain here). Not a foreign key: retention may delete it.
+    upstream_execution_id = models.BigIntegerField(
+        null=True, blank=True, help_text="The upstream job's execution of this slot that created this one",
+    )
+    cascade = models.BooleanField(
+        db_default=False, help_text="Re-run with --cascade: its success runs the downstream jobs' slot again",
+    )
 
     class Meta:
         ordering = ["-slot", "-run_number"]
@@ -281,6 +289,22 @@ class Alert(models.Model):
 
     def __str__(self) -> str:
         return f"{self.event} of execution {self.execution_id} on {self.channel}: {self.status}"
+
+
+class CronDependency(models.Model):
+    """One edge of ``after=``: the downstream job runs a slot once all its upstream jobs succeeded
+    in it. Written from the declarations (``dependencies.sync``); read by the database trigger
+    that decides the downstream's slot in the transaction of an upstream's final write."""
+
+    downstream = models.ForeignKey(CronJob, on_delete=models.CASCADE, related_name="upstream_edges")
+    upstream = models.ForeignKey(CronJob, on_delete=models.CASCADE, related_name="downstream_edges")
+
+    class Meta:
+        verbose_name = "cron dependency"
+        constraints = [models.UniqueConstraint(fields=["upstream", "downstream"], name="cron_dependency_once")]
+
+    def __str__(self) -> str:
+        return f"{self.downstream_id} after {self.upstream_id}"
 
 
 class BeatHeartbeat(models.Model):

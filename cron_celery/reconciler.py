@@ -15,6 +15,11 @@ A pass has four steps, each bounded by ``RECONCILE["BATCH"]`` rows:
    overdue has no running beat. Slots its catch-up policy will not run later are recorded
    MISSED now (the newest one is left for beat under ``latest``; ``all`` waits for beat).
 
+   **Undecided downstream slots.** An upstream execution (``after=``) that ended in the last
+   hour, at least ``PENDING_GRACE`` ago, while its downstream job's row existed, whose
+   downstream slot has no execution (the edge was written after it ended: a deploy that
+   declared the dependency) is decided now, as its final write would have (``dependencies``).
+
 4. **Undelivered alerts.** Alert rows still PENDING ``PENDING_GRACE`` seconds after their
    last delivery attempt (the delivery task was lost) are queued again.
 
@@ -58,6 +63,7 @@ from cron_celery import (
     alerts,
     beat,
     conf,
+    dependencies,
     dispatch,
     enums,
     inflight,
@@ -90,6 +96,7 @@ class Report:
     abandoned: int = 0  # executions LOST after REPUBLISH_LIMIT sends
     waiting: int = 0  # late executions whose message is still queued or held by a worker: left alone
     alerts: int = 0  # undelivered alerts queued again
+    downstream: int = 0  # downstream slots decided late (their upstream ended before the edge existed)
     tidied: int = 0  # old heartbeat, settled alert and dashboard rollup rows deleted (once an hour)
 
     def __str__(self) -> str:
@@ -119,13 +126,22 @@ def run_pass(now: dt.datetime | None = None) -> Report:
         _expired_leases(report, int(options["BATCH"]))
         _stranded(report, options)
         _undispatched(report, now or leadership.database_now(), options)
+        _downstream(report, options)
         report.alerts = alerts.redeliver(float(options["PENDING_GRACE"]), int(options["BATCH"]))
         _tidy(report, int(options["BATCH"]))
-        if report.lost or report.resent or report.missed or report.abandoned or report.alerts or report.tidied:
+        if (report.lost or report.resent or report.missed or report.abandoned or report.alerts or report.tidied
+                or report.downstream):
             logger.warning("cron_celery reconciler: %s", report)
         return report
     finally:
         leadership.release(PASS_LEASE, token)
+
+
+def _downstream(report: Report, options: dict[str, Any]) -> None:
+    decided = dependencies.undecided(int(options["BATCH"]), float(options["PENDING_GRACE"]))
+    report.downstream += len(decided)
+    for execution_id in decided:
+        tasks.send_downstream(current_app, execution_id)
 
 
 def _tidy(report: Report, batch: int) -> None:
@@ -296,6 +312,11 @@ _timer: Timer | None = None
 
 def _worker_ready(**kwargs: Any) -> None:
     global _timer
+    try:  # the edges of after= as this worker's code declares them (the beat writes them too)
+        dependencies.sync(registry.all_jobs())
+    except DatabaseError as error:
+        logger.warning("could not write the jobs' dependencies (after=) at worker start: %s", error)
+        connection.close()
     interval = float(conf.settings.RECONCILE["INTERVAL"])
     if interval > 0 and _timer is None:
         _timer = Timer(interval)

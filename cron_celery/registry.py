@@ -61,6 +61,9 @@ class Job:
     #: Seconds: each slot's message is sent ``jitter_ms`` after the slot (a fixed offset in
     #: ``[0, jitter)`` derived from the code); 0 = at the slot. The slot itself does not move.
     jitter: float = 0
+    #: ``after=``: the names of the upstream jobs. Such a job has no schedule of its own: each of
+    #: its slots runs once all its upstreams succeeded in it (see ``dependencies``).
+    after: tuple[str, ...] = ()
 
     @property
     def jitter_ms(self) -> int:
@@ -150,6 +153,7 @@ def declare(
     max_concurrency: object = None,
     concurrency_group: object = None,
     jitter: object = None,
+    after: object = None,
 ) -> Job:
     """Validate a declaration and build its ``Job``; raises ``ImproperlyDeclared``."""
     if not isinstance(name, str) or not NAME_RE.match(name):
@@ -191,7 +195,7 @@ def declare(
         raise exceptions.ImproperlyDeclared(
             f"soft_time_limit ({soft:g} s) must be shorter than time_limit ({hard:g} s), so the job "
             "can stop cleanly before it is killed.", job=name)
-    after = _number(name, "alert_after", alert_after, integer=True, positive=True)
+    alerts_after = _number(name, "alert_after", alert_after, integer=True, positive=True)
     repeat = _number(name, "alert_repeat", alert_repeat, integer=True, optional=True, positive=True)
     chosen_pattern = _choice(enums.ExecutionPattern, pattern if pattern is not None else conf.settings.DEFAULT_PATTERN,
                              name, "pattern")
@@ -211,12 +215,18 @@ def declare(
                 "concurrency_group must name a group of CRON_CELERY['CONCURRENCY_GROUPS'] (a lower-case slug), "
                 f"not {concurrency_group!r}.", job=name)
         group = concurrency_group
+    upstreams = _after(name, after)
+    if upstreams and parsed is not None:
+        raise exceptions.ImproperlyDeclared(
+            "a job declared with after= has no schedule of its own (its slots are its upstream jobs'): "
+            "drop schedule= or after=.", job=name)
     return Job(
+        after=upstreams,
         jitter=_jitter(name, jitter, parsed),
         max_concurrency=None if concurrency is None else int(concurrency),
         concurrency_group=group,
         notify=_notify(name, notify),
-        alert_after=int(after or 1),
+        alert_after=int(alerts_after or 1),
         alert_repeat=None if repeat is None else int(repeat),
         max_retries=int(retries),
         retry_backoff=backoff if backoff is not None else True,
@@ -251,6 +261,40 @@ def _number(
         bound = "greater than 0" if positive else "at least 0"
         raise exceptions.ImproperlyDeclared(f"{what} must be {kind} {bound}, not {value!r}.", job=job)
     return number
+
+
+def _after(job: str, value: object) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list | tuple) or not items or not all(
+            isinstance(item, str) and NAME_RE.match(item) for item in items):
+        raise exceptions.ImproperlyDeclared(
+            f"after must be a job name or a list of job names (lower-case slugs), not {value!r}.", job=job)
+    if job in items:
+        raise exceptions.ImproperlyDeclared("a job cannot run after itself (after= names it).", job=job)
+    return tuple(dict.fromkeys(items))
+
+
+def cycle_through(job: Job, jobs: dict[str, Job]) -> list[str] | None:
+    """A cycle of ``after=`` that passes through ``job``, as names from it back to it; None if none."""
+    path: list[str] = [job.name]
+
+    def walk(name: str, seen: set[str]) -> list[str] | None:
+        for upstream in jobs[name].after if name in jobs else ():
+            if upstream == job.name:
+                return [*path, job.name]
+            if upstream in seen:
+                continue
+            seen.add(upstream)
+            path.append(upstream)
+            found = walk(upstream, seen)
+            if found:
+                return found
+            path.pop()
+        return None
+
+    return walk(job.name, set())
 
 
 #: Slots sampled to find a declared schedule's shortest interval (what a jitter must stay under).
@@ -321,6 +365,11 @@ def register(job: Job) -> Job:
                     first=existing.task_name,
                     second=job.task_name,
                 )
+        if job.after:
+            cycle = cycle_through(job, {**_by_name, job.name: job})
+            if cycle:
+                raise exceptions.ImproperlyDeclared(
+                    "its after= makes a cycle: " + " runs after ".join(cycle) + ".", job=job.name)
         old = _by_task.get(job.task_name)
         if old is not None:
             _by_name.pop(old.name, None)

@@ -25,7 +25,7 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 from django_celery_beat.models import CrontabSchedule, IntervalSchedule, PeriodicTask, PeriodicTasks
 
-from cron_celery import exceptions, jobs, models, registry, schedule_problems, schedules
+from cron_celery import dependencies, exceptions, jobs, models, registry, schedule_problems, schedules
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +59,20 @@ def in_effect(job: registry.Job) -> registry.Job:
     return dataclasses.replace(job, schedule=schedule)
 
 
+def slots_of(job: registry.Job) -> registry.Job:
+    """The job with the schedule its slots follow: its own in effect, or for a job declared with
+    ``after=`` that of the first upstream job with a schedule up its chain (they share one)."""
+    source = job
+    seen = {job.name}
+    while source.schedule is None and source.after and source.after[0] not in seen:
+        seen.add(source.after[0])
+        try:
+            source = registry.get(source.after[0])
+        except exceptions.UnknownJob:
+            return job
+    return job if source is job else dataclasses.replace(job, schedule=in_effect(source).schedule)
+
+
 def declaration_hash(job: registry.Job) -> str:
     """What the code says about when the job runs; a change makes the code win again."""
     assert job.schedule is not None
@@ -90,6 +104,7 @@ def sync(now: dt.datetime | None = None) -> SyncReport:
     report = SyncReport()
     declared = {job.code: job for job in registry.all_jobs() if job.schedule is not None}
     job_ids = jobs.refresh_job_ids(list(declared.values()))
+    dependencies.sync(registry.all_jobs())  # the edges of after=, and the downstream jobs' rows
     known = {
         row["code"]: row
         for row in models.CronJob.objects.values("id", "code", "periodic_task_id", "declaration_hash")
@@ -124,6 +139,7 @@ def sync(now: dt.datetime | None = None) -> SyncReport:
         next_run_at=None).update(next_run_at=None)
     while apply_edits(now):
         pass
+    note_downstream()
     return report
 
 
@@ -280,7 +296,19 @@ def apply_edits(now: dt.datetime | None = None, limit: int = 1000) -> int:
             )
             written = {int(row[0]) for row in cursor.fetchall()}
     schedule_problems.alert([found for job_id, found in raised.items() if job_id in written])
+    if rows:
+        note_downstream()
     return len(rows)
+
+
+def note_downstream() -> None:
+    """Record (and log) on each job declared with ``after=`` whether its upstreams' schedules in
+    effect are still one schedule: an admin edit of one upstream can break that for it."""
+    for name, problem in dependencies.note_in_effect_problems():
+        if problem:
+            logger.warning("cron job %s: %s", name, problem)
+        else:
+            logger.info("cron job %s: its upstream jobs share one schedule again", name)
 
 
 def slot_for(job: registry.Job, day: str | None = None, at: str | None = None) -> dt.datetime:
@@ -295,7 +323,7 @@ def slot_for(job: registry.Job, day: str | None = None, at: str | None = None) -
                 f"{job.timezone}, not on {day}.", value=at)
         return slot
     date = schedules.parse_date(day) if day else dt.datetime.now(job.tzinfo).date()
-    first = in_effect(job).first_slot_on(date)
+    first = slots_of(job).first_slot_on(date)
     if first is None:
         raise exceptions.InvalidSlot(
             f"job {job.name!r} has no slot on {date} ({job.schedule}); name one with --at.",

@@ -14,7 +14,7 @@ from typing import Any, ClassVar, TypeVar, overload
 import celery
 from celery import shared_task
 
-from cron_celery import dispatch, enums, exceptions, groups, jobs, registry, runs, schedules, waiting
+from cron_celery import dependencies, dispatch, enums, exceptions, groups, jobs, registry, runs, schedules, waiting
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ DECLARATION_OPTIONS = ("name", "code", "pattern", "execution_pattern", "overlap"
 #: Job options that ``cron_task`` and ``register_task`` take besides Celery's own.
 JOB_OPTIONS = ("max_retries", "retry_backoff", "retry_backoff_max", "retry_jitter", "retry_on",
                "retry_on_failure", "soft_time_limit", "time_limit", "notify", "alert_after", "alert_repeat",
-               "max_concurrency", "concurrency_group", "jitter")
+               "max_concurrency", "concurrency_group", "jitter", "after")
 
 
 def headers(execution_id: int, slot: dt.datetime, trigger: str, *, force: bool = False,
@@ -88,7 +88,7 @@ class Sent:
 
 
 def send_run(job: registry.Job, slot: dt.datetime, trigger: str, *, force: bool = False,
-             rerun: bool = False) -> Sent:
+             rerun: bool = False, cascade: bool = False) -> Sent:
     """Send one run of a slot to the workers (``run_cron_task --enqueue``, the API, the admin,
     backfills): a PENDING execution, then its message. If the broker refuses the message the
     execution is closed FAILED (``PUBLISH_FAILED``) and ``PublishFailed`` is raised."""
@@ -96,7 +96,7 @@ def send_run(job: registry.Job, slot: dt.datetime, trigger: str, *, force: bool 
 
     execution_id, run_number = dispatch.enqueue(
         job=job, job_id=jobs.job_id(job), slot=slot, execution_date=schedules.execution_date(slot, job.tzinfo),
-        trigger=trigger, forced=force or rerun, force=force,
+        trigger=trigger, forced=force or rerun, force=force, cascade=cascade,
     )
     try:
         result = publish(current_app, job.task_name, headers(execution_id, slot, trigger, force=force, rerun=rerun))
@@ -146,6 +146,22 @@ def send_waiting(app: celery.Celery, job: registry.Job) -> None:
         logger.exception("could not send the execution of %s that waits for the run that just ended", job.name)
 
 
+def send_downstream(app: celery.Celery, execution_id: int) -> int:
+    """After the commit of an execution's success: send the downstream executions it created (jobs
+    declared with ``after=``; see ``dependencies``). A send that fails is logged; the reconciler
+    sends such an execution after ``PENDING_GRACE``, as any PENDING one no worker started."""
+    sent = 0
+    try:
+        for item in dependencies.created_by([execution_id]):
+            send(app, item.task_name, execution_id=item.execution_id, slot=item.slot, trigger=enums.Trigger.UPSTREAM,
+                 celery_task_id=item.celery_task_id or None)
+            sent += 1
+    except Exception:  # recorded in the database; the reconciler covers a lost send
+        logger.exception("could not send the downstream executions of execution %s; the reconciler will",
+                         execution_id)
+    return sent
+
+
 class TrackedTask(celery.Task):  # type: ignore[type-arg]
     """A Celery task that runs one slot of a job exactly once and records it.
 
@@ -192,6 +208,8 @@ class TrackedTask(celery.Task):  # type: ignore[type-arg]
         )
         if outcome.frees_job:
             send_waiting(self.app, job)
+        if outcome.status == enums.Status.SUCCEEDED and outcome.execution_id is not None:
+            send_downstream(self.app, outcome.execution_id)
         if outcome.status == enums.Status.RETRYING and outcome.execution_id is not None:
             # The lock is released and the row says RETRYING; the new message claims it.
             raise self.retry(

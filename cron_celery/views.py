@@ -191,7 +191,8 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
 @protected(tokens.RUN, models.OPERATE_PERMISSION)
 def run(request: HttpRequest, job: str) -> HttpResponse:
     """Send one run of a job to the workers (trigger ENQUEUE). Form or JSON fields, all
-    optional: ``date`` (its first slot that day), ``at`` (an exact slot), ``force``, ``rerun``.
+    optional: ``date`` (its first slot that day), ``at`` (an exact slot), ``force``, ``rerun``,
+    ``cascade`` (its success runs the slot of the jobs declared ``after=`` it again).
     A token needs the scope ``run``, and ``force`` too for ``force``; a session needs
     ``models.OPERATE_PERMISSION`` for both, as the admin's forced actions do."""
     try:
@@ -217,7 +218,8 @@ def run(request: HttpRequest, job: str) -> HttpResponse:
     try:
         slot = schedule_sync.slot_for(declared, fields.get("date") or None, fields.get("at") or None)
         sent = tasks.send_run(declared, slot, enums.Trigger.ENQUEUE, force=force,
-                              rerun=fields.get("rerun", "").lower() in flag)
+                              rerun=fields.get("rerun", "").lower() in flag,
+                              cascade=fields.get("cascade", "").lower() in flag)
     except exceptions.PublishFailed as error:
         return JsonResponse({"error": f"{declared.name}: {error}"}, status=503)
     except exceptions.CronCeleryError as error:

@@ -37,6 +37,7 @@ from typing import Any
 import psycopg
 import pytest
 from celery.beat import Scheduler
+from django.conf import settings
 from django.core import checks
 from django.core.management import get_commands
 from django.test import override_settings
@@ -151,7 +152,9 @@ def test_the_settings_snippet_configures_what_cron_celery_needs(monkeypatch):
     assert namespace["CELERY_BROKER_URL"].startswith("redis://")
     assert namespace["CELERY_DB_REUSE_MAX"] >= 1
     assert set(namespace["CRON_CELERY"]) <= set(conf.FIELDS)
-    with override_settings(CRON_CELERY=namespace["CRON_CELERY"],
+    # The snippet's settings, plus the concurrency group the test project's own jobs name.
+    configured = {**namespace["CRON_CELERY"], "CONCURRENCY_GROUPS": settings.CRON_CELERY["CONCURRENCY_GROUPS"]}
+    with override_settings(CRON_CELERY=configured,
                            CELERY_DB_REUSE_MAX=namespace["CELERY_DB_REUSE_MAX"]):
         problems = checks.run_checks(tags=["cron_celery"])
     assert problems == [], [f"{problem.id}: {problem.msg}" for problem in problems]

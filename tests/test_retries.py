@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from celery.contrib.testing.worker import start_worker
 from celery.exceptions import SoftTimeLimitExceeded
+from django.conf import settings
 from django.db import connection
 from django.test import override_settings
 
@@ -742,7 +743,7 @@ def test_a_retry_wait_not_below_half_the_visibility_timeout_is_e010(options, vis
 # --- found while writing these tests, fixed since --------------------------------------------
 
 @pytest.mark.django_db(transaction=True)
-@override_settings(CRON_CELERY={"RECONCILE": RECONCILE})
+@override_settings(CRON_CELERY={**settings.CRON_CELERY, "RECONCILE": RECONCILE})  # the worker checks them all
 def test_a_lost_rerun_message_is_sent_again_as_a_rerun():
     job = jobs.calc_commission.job  # rerun_on_failure
     assert job is not None

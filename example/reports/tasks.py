@@ -102,3 +102,16 @@ def nightly_batch(run: Run) -> str:
 def cache_warmer(run: Run) -> str:
     """Every ten seconds; never two at once (overlap "skip")."""
     return "warmed 12 cache keys"
+
+
+@cron_task(name="extract-orders", code="E010", timezone="UTC", schedule=every(seconds=20), jitter=5)
+def extract_orders(run: Run) -> str:
+    """Every 20 seconds, sent a fixed few seconds after the slot (``jitter=5``: the offset comes
+    from the code, so it is the same on every beat and after every deploy)."""
+    return f"Extracted 42 orders for the slot {run.slot:%H:%M:%S}"
+
+
+@cron_task(name="load-orders", code="L010", timezone="UTC", after=["extract-orders"])
+def load_orders(run: Run) -> str:
+    """No schedule of its own: each slot runs once extract-orders succeeded in it (``after=``)."""
+    return f"Loaded the orders extracted for {run.slot:%H:%M:%S}"

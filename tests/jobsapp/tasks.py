@@ -220,6 +220,7 @@ def _die_after_commit(sender: object = None, **kwargs: object) -> None:
 # Jobs of the other test modules, grouped by topic (each module declares its own).
 from tests.jobsapp import (  # noqa: E402
     jobs_buffer,
+    jobs_chain,
     jobs_database,
     jobs_edits,
     jobs_leader,
@@ -228,4 +229,5 @@ from tests.jobsapp import (  # noqa: E402
     jobs_routing,
 )
 
-__all__ = ["jobs_buffer", "jobs_database", "jobs_edits", "jobs_leader", "jobs_leases", "jobs_results", "jobs_routing"]
+__all__ = ["jobs_buffer", "jobs_chain", "jobs_database", "jobs_edits", "jobs_leader", "jobs_leases", "jobs_results",
+           "jobs_routing"]

@@ -22,6 +22,8 @@ class Command(BaseCommand):
         parser.add_argument("--to", dest="end", required=True, help="last date, YYYY-MM-DD")
         parser.add_argument("--dry-run", action="store_true", help="list the slots; send nothing")
         parser.add_argument("--force", action="store_true", help="also send slots that already ran")
+        parser.add_argument("--cascade", action="store_true",
+                            help="each slot that succeeds runs the slot of the jobs declared after= it again")
         parser.add_argument("--limit", type=int, default=backfill.LIMIT,
                             help=f"refuse ranges with more slots than this (default {backfill.LIMIT})")
 
@@ -29,7 +31,7 @@ class Command(BaseCommand):
         try:
             job = registry.get(options["job"])
             plan = backfill.plan(job, options["start"], options["end"], force=options["force"],
-                                 limit=options["limit"])
+                                 limit=options["limit"], cascade=options["cascade"])
         except exceptions.CronCeleryError as error:
             raise CommandError(str(error)) from None
         skipped = f", {len(plan.done)} already ran" if plan.done else ""

@@ -1,4 +1,4 @@
-"""``manage.py run_cron_task NAME [DATE] [--at TIME] [--force] [--rerun] [--enqueue]``."""
+"""``manage.py run_cron_task NAME [DATE] [--at TIME] [--force] [--rerun] [--cascade] [--enqueue]``."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from cron_celery import enums, exceptions, registry, runs, schedule_sync, schedules, tasks
+from cron_celery import dispatch, enums, exceptions, jobs, registry, runs, schedule_sync, schedules, tasks
 
 #: Exit codes: 0 ran (or the slot was already done), 1 failed or bad input, 2 refused.
 EXIT_OK, EXIT_FAILED, EXIT_REFUSED = 0, 1, 2
@@ -59,6 +59,8 @@ class Command(BaseCommand):
                             help="start a new run even if the slot already ran or the job is paused")
         parser.add_argument("--rerun", action="store_true",
                             help="run the slot again even if it already succeeded")
+        parser.add_argument("--cascade", action="store_true",
+                            help="when the run succeeds, run the slot of the jobs declared after= it again too")
         parser.add_argument("--enqueue", action="store_true",
                             help="send the run to the Celery workers instead of running it here")
 
@@ -72,7 +74,7 @@ class Command(BaseCommand):
         except exceptions.CronCeleryError as exc:
             raise self.fail(str(exc)) from None
         if options["enqueue"]:
-            self._enqueue(job, slot, force=options["force"], rerun=options["rerun"])
+            self._enqueue(job, slot, force=options["force"], rerun=options["rerun"], cascade=options["cascade"])
             return
         from celery import current_app
 
@@ -80,13 +82,20 @@ class Command(BaseCommand):
         if task is None:
             raise self.fail(f"Job {job.name!r} has no Celery task {job.task_name!r}.")
         trigger = enums.Trigger.MANUAL
+        execution_id = None
+        if options["cascade"]:  # the row carries the cascade, so the database trigger sees it at the end
+            execution_id, _number = dispatch.enqueue(
+                job=job, job_id=jobs.job_id(job), slot=slot, execution_date=schedules.execution_date(slot, job.tzinfo),
+                trigger=trigger, forced=options["force"] or options["rerun"], force=options["force"], cascade=True)
         with said_once():
             outcome = runs.execute(
-                job, slot, lambda run: runs.call_job(task.run, run), trigger=trigger,
+                job, slot, lambda run: runs.call_job(task.run, run), trigger=trigger, execution_id=execution_id,
                 force=options["force"], rerun=options["rerun"],
             )
         if outcome.frees_job:  # a run the workers' backfill or retries wait for may start now
             tasks.send_waiting(current_app, job)
+        if outcome.status == enums.Status.SUCCEEDED and outcome.execution_id is not None:
+            tasks.send_downstream(current_app, outcome.execution_id)  # jobs declared after= it
         label = f"{job.name} {schedules.iso(slot)}"
         where = (f"(execution {outcome.execution_id}, recorded as a skip)" if outcome.status == enums.Status.SKIPPED
                  else f"(execution {outcome.execution_id}, run #{outcome.run_number})")
@@ -104,9 +113,9 @@ class Command(BaseCommand):
         first = outcome.message.splitlines()[0] if outcome.message else ""
         raise self.fail(f"{label} {outcome.status.lower()} {where}: {first[:500]}")
 
-    def _enqueue(self, job: registry.Job, slot: dt.datetime, *, force: bool, rerun: bool) -> None:
+    def _enqueue(self, job: registry.Job, slot: dt.datetime, *, force: bool, rerun: bool, cascade: bool) -> None:
         try:
-            sent = tasks.send_run(job, slot, enums.Trigger.ENQUEUE, force=force, rerun=rerun)
+            sent = tasks.send_run(job, slot, enums.Trigger.ENQUEUE, force=force, rerun=rerun, cascade=cascade)
         except exceptions.PublishFailed as exc:
             raise self.fail(f"{job.name} {schedules.iso(slot)} {exc}") from None
         self.stdout.write(self.style.SUCCESS(

@@ -1,7 +1,8 @@
 """``manage.py demo_summary``: the beats, the alerts and the mail they became, and the
 demo's checks (``--check``): every slot the beats dispatched ran once, nothing was left
 unfinished, the failing sync failed and recovered, the feed import succeeded on a retry,
-and both alerts were delivered."""
+both alerts were delivered, and load-orders ran after each slot extract-orders succeeded in
+(extract-orders sent its jitter's offset after each slot)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import Count
 
-from cron_celery.models import Alert, AlertStatus, BeatHeartbeat, CronExecution, Event, Status, Trigger
+from cron_celery.models import Alert, AlertStatus, BeatHeartbeat, CronExecution, CronJob, Event, Status, Trigger
 
 from ...tables import table
 
@@ -67,6 +68,19 @@ class Command(BaseCommand):
             if not messages:
                 self.lines(["No mail."])
 
+        self.section("A chain and a jitter (extract-orders, then load-orders)")
+        extract = CronJob.objects.filter(name="extract-orders").first()
+        if extract is not None:
+            self.lines([f"extract-orders is sent {extract.jitter_ms / 1000:.3f} s after each of its slots (jitter=5); "
+                        "load-orders runs after it (after=), slot by slot:"])
+            rows = [("SLOT", "EXTRACT", "SENT AT", "LOAD", "TRIGGER")]
+            loads = {row.slot: row for row in CronExecution.objects.filter(task_name="load-orders")}
+            for row in CronExecution.objects.filter(task_name="extract-orders", trigger=Trigger.BEAT).order_by("slot"):
+                load = loads.get(row.slot)
+                rows.append((f"{row.slot:%H:%M:%S}", row.status, f"{row.created_at:%H:%M:%S.%f}"[:12],
+                             load.status if load else "-", load.trigger if load else "-"))
+            self.lines(table(rows))
+
         if options["check"]:
             problems = self.problems(alerts, len(messages) if directory else None)
             if problems:
@@ -94,6 +108,17 @@ class Command(BaseCommand):
         for wanted in (("sync-partner-api", Event.FAILED), ("sync-partner-api", Event.RECOVERED)):
             if wanted not in events:
                 found.append(f"no {wanted[1]} alert for {wanted[0]} was delivered")
+        extracted = list(beat_runs.filter(task_name="extract-orders", status=Status.SUCCEEDED)
+                         .values_list("slot", "id"))
+        loaded = dict(CronExecution.objects.filter(task_name="load-orders", status=Status.SUCCEEDED,
+                                                   trigger=Trigger.UPSTREAM)
+                      .values_list("slot", "upstream_execution_id"))
+        if len(extracted) < 2 or any(loaded.get(slot) != execution_id for slot, execution_id in extracted):
+            found.append(f"load-orders should run once after each extract-orders success: {len(extracted)} extracted, "
+                         f"{len(loaded)} loaded")
+        if beat_runs.filter(task_name="extract-orders", due_at__isnull=True).exists() or any(
+                row.created_at < row.due_at for row in beat_runs.filter(task_name="extract-orders")):
+            found.append("extract-orders was sent before its slot plus its jitter")
         sent_by_mail = sum(1 for a in alerts if a.channel == "email" and a.status == AlertStatus.SENT)
         if mailed is not None and mailed < sent_by_mail:
             found.append(f"{sent_by_mail} alerts were sent by email but {mailed} mails were written")

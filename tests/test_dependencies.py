@@ -1,0 +1,341 @@
+"""Dependencies (``after=``) step by step against real PostgreSQL: the declaration's rules and
+cycles, the edges, the database trigger that decides a downstream slot in the transaction of an
+upstream's final write (fan-in, failures and skips down a chain, duplicates that decide nothing,
+cascades), the send after the commit, the reconciler, the check and schedule edits."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from collections.abc import Iterator
+
+import pytest
+from django.db import connection, connections
+from django.test import override_settings
+
+from cron_celery import (
+    checks,
+    claims,
+    dependencies,
+    dispatch,
+    exceptions,
+    executions,
+    finishes,
+    reconciler,
+    registry,
+    schedule_sync,
+    tasks,
+)
+from cron_celery.models import CronDependency, CronExecution, CronJob, SkipReason, Status, Trigger
+from cron_celery.schedules import every
+from tests.celery_app import app
+from tests.test_waiting import RECONCILE, begin, row
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SLOT = dt.datetime(2026, 11, 29, 1, 0, tzinfo=dt.UTC)
+HOURLY = every(hours=1)
+
+
+@pytest.fixture
+def declare() -> Iterator[object]:
+    """Declare and register jobs for one test (``declare(name, code, **options)``); forgotten after."""
+    names: list[str] = []
+
+    def make(name: str, code: str, **options: object) -> registry.Job:
+        job = registry.declare(name=name, code=code, task_name=f"tests.fake.{name.replace('-', '_')}",
+                               pattern=options.pop("pattern", "standard"), **options)  # type: ignore[arg-type]
+        registry.register(job)
+        names.append(name)
+        return job
+
+    yield make
+    for name in names:
+        registry.unregister(name)
+
+
+def chain(declare, *, extra_after: tuple[str, ...] = ()) -> dict[str, tuple[registry.Job, int]]:
+    """extract and transform (hourly) -> load -> report; the edges and rows written."""
+    made = {
+        "extract": declare("dep-extract", "DX1", schedule=HOURLY),
+        "transform": declare("dep-transform", "DX2", schedule=HOURLY),
+        "load": declare("dep-load", "DX3", after=["dep-extract", "dep-transform", *extra_after]),
+        "report": declare("dep-report", "DX4", after="dep-load"),
+    }
+    dependencies.sync(list(made.values()))
+    ids = {job.code: job_id for job_id, job in
+           ((row_id, job) for job in made.values() for row_id in [CronJob.objects.get(code=job.code).id])}
+    return {key: (job, ids[job.code]) for key, job in made.items()}
+
+
+def run(job: registry.Job, job_id: int, status: str = Status.SUCCEEDED, slot: dt.datetime = SLOT,
+        cascade: bool = False, **fields: str) -> int:
+    """One execution of the slot, claimed and finished with ``status`` the way a worker does."""
+    execution_id, _ = dispatch.enqueue(job=job, job_id=job_id, slot=slot, execution_date=slot.date(),
+                                       trigger=Trigger.ENQUEUE, forced=True, cascade=cascade)
+    claim = begin(job, job_id, slot, execution_id=execution_id, trigger=Trigger.ENQUEUE)
+    assert claim.outcome == Status.RUNNING, claim
+    assert finishes.finish(job_id=job_id, execution_id=execution_id, fence=claim.fence, status=status,
+                           message=fields.get("message", ""), error_code=fields.get("error_code", ""))
+    return execution_id
+
+
+def of(job_id: int, slot: dt.datetime = SLOT) -> list[CronExecution]:
+    return list(CronExecution.objects.filter(job_id=job_id, slot=slot).order_by("run_number"))
+
+
+def test_after_is_declared_without_a_schedule_and_a_cycle_is_refused_with_the_cycle_named(declare):
+    job = declare("dep-a", "DA1", after=["dep-b", "dep-c", "dep-b"])
+    assert job.after == ("dep-b", "dep-c") and job.schedule is None
+    with pytest.raises(exceptions.ImproperlyDeclared, match="has no schedule of its own"):
+        registry.declare(name="dep-x", code="DXX", task_name="t", after=["dep-a"], schedule=HOURLY)
+    for bad in ([], 5, ["Not A Slug"]):
+        with pytest.raises(exceptions.ImproperlyDeclared, match="after must be a job name or a list of job names"):
+            registry.declare(name="dep-x", code="DXX", task_name="t", after=bad)
+    with pytest.raises(exceptions.ImproperlyDeclared, match="cannot run after itself"):
+        registry.declare(name="dep-x", code="DXX", task_name="t", after=["dep-x"])
+    declare("dep-b", "DB1", after=["dep-c"])
+    with pytest.raises(exceptions.ImproperlyDeclared,
+                       match="its after= makes a cycle: dep-c runs after dep-a runs after dep-b runs after dep-c"):
+        declare("dep-c", "DC1", after=["dep-a"])
+    assert "dep-c" not in {j.name for j in registry.all_jobs()}
+
+
+def test_the_check_names_an_undeclared_upstream_and_upstreams_without_one_schedule(declare):
+    declare("dep-hourly", "DH1", schedule=HOURLY)
+    declare("dep-daily", "DH2", schedule="0 3 * * *")
+    declare("dep-mixed", "DH3", after=["dep-hourly", "dep-daily"])
+    declare("dep-orphan", "DH4", after=["dep-nowhere"])
+    declare("dep-fine", "DH5", after=["dep-hourly"])
+    found = [(e.id, e.msg) for e in checks.check_dependencies()]
+    assert ("cron_celery.E016", "Job 'dep-orphan' runs after 'dep-nowhere', which is not declared.") in found
+    mixed = [msg for _id, msg in found if msg.startswith("Job 'dep-mixed'")]
+    assert mixed == ["Job 'dep-mixed': its upstream jobs must share one schedule, and they do not "
+                     "(dep-daily: 0 3 * * * (UTC); dep-hourly: every 3600s (UTC))."]
+    assert not [msg for _id, msg in found if "dep-fine" in msg]
+
+
+def test_edges_follow_the_declarations(declare):
+    jobs_ = chain(declare)
+    load_id = jobs_["load"][1]
+    assert set(CronDependency.objects.filter(downstream_id=load_id).values_list("upstream__code", flat=True)) == {
+        "DX1", "DX2"}
+    registry.unregister("dep-load")
+    smaller = declare("dep-load", "DX3", after=["dep-extract"])
+    dependencies.sync([smaller, jobs_["extract"][0]])
+    assert list(CronDependency.objects.filter(downstream_id=load_id).values_list("upstream__code", flat=True)) == [
+        "DX1"]
+
+
+def test_the_last_upstream_to_succeed_creates_the_downstream_slot_pending_and_its_success_sends_it(declare, queue):
+    jobs_ = chain(declare)
+    (extract, extract_id), (transform, transform_id) = jobs_["extract"], jobs_["transform"]
+    load_id = jobs_["load"][1]
+    run(extract, extract_id)
+    assert of(load_id) == []  # transform has not succeeded in this slot yet
+    last = run(transform, transform_id)
+    (down,) = of(load_id)
+    assert (down.status, down.trigger, down.upstream_execution_id, down.run_number) == (
+        Status.PENDING, Trigger.UPSTREAM, last, 1)
+    assert down.celery_task_id and down.execution_date == SLOT.date() and not down.forced
+    assert [item.execution_id for item in dependencies.created_by([last])] == [down.id]
+    # Sent after the commit, with its own task id, to the downstream's task.
+    assert tasks.send_downstream(app, last) == 1
+    [sent] = queue.headers()
+    assert (sent["id"], sent[tasks.HEADER_EXECUTION], sent[tasks.HEADER_TRIGGER], sent["task"]) == (
+        down.celery_task_id, down.id, Trigger.UPSTREAM, jobs_["load"][0].task_name)
+    # Another success of the slot (a re-run without --cascade) decides nothing more.
+    run(transform, transform_id)
+    assert len(of(load_id)) == 1
+
+
+@pytest.mark.parametrize("status", [Status.FAILED, Status.TIMED_OUT, Status.LOST, Status.REVOKED])
+def test_an_upstream_failure_skips_the_downstream_slot_and_the_chain_below_it(declare, status):
+    jobs_ = chain(declare)
+    failed = run(*jobs_["extract"], status=status, error_code="Boom")
+    (load,) = of(jobs_["load"][1])
+    assert (load.status, load.skip_reason, load.trigger, load.completed, load.upstream_execution_id) == (
+        Status.SKIPPED, SkipReason.UPSTREAM, Trigger.UPSTREAM, True, failed)
+    assert load.message == f"Skipped: upstream job dep-extract (DX1) ended {status} in this slot (execution {failed})."
+    (report,) = of(jobs_["report"][1])  # and so on down the chain
+    assert (report.status, report.skip_reason, report.upstream_execution_id) == (
+        Status.SKIPPED, SkipReason.UPSTREAM, load.id)
+    assert "dep-load (DX3) ended SKIPPED, UPSTREAM" in report.message
+    # The other upstream's later success changes nothing: the slot was decided.
+    run(*jobs_["transform"])
+    assert len(of(jobs_["load"][1])) == 1
+
+
+def test_a_skip_or_a_missed_slot_stops_the_chain_but_a_duplicates_skip_decides_nothing(declare):
+    jobs_ = chain(declare)
+    (extract, extract_id), (transform, transform_id) = jobs_["extract"], jobs_["transform"]
+    load_id = jobs_["load"][1]
+    run(extract, extract_id)
+    # A duplicate delivery of transform's slot while it runs: ALREADY_RUNNING says nothing.
+    live_id, _ = dispatch.enqueue(job=transform, job_id=transform_id, slot=SLOT, execution_date=SLOT.date(),
+                                  trigger=Trigger.BEAT)
+    live = begin(transform, transform_id, SLOT, execution_id=live_id, trigger=Trigger.BEAT)
+    duplicate = begin(transform, transform_id, SLOT, trigger=Trigger.DIRECT)
+    assert duplicate.skip_reason == SkipReason.ALREADY_RUNNING
+    assert of(load_id) == []
+    finishes.finish(job_id=transform_id, execution_id=live_id, fence=live.fence, status=Status.SUCCEEDED)
+    assert [r.status for r in of(load_id)] == [Status.PENDING]
+    # A slot recorded MISSED by the beat stops the chain there.
+    later = SLOT + dt.timedelta(hours=1)
+    dispatch.dispatch_many([dispatch.Decision(job_id=extract_id, expected_next_run_at=None, next_run_at=later,
+                                              run=[], missed=[later], tz=dt.UTC)])
+    CronJob.objects.filter(id=extract_id).update(next_run_at=None)
+    (load,) = of(load_id, later)
+    assert (load.status, load.skip_reason) == (Status.SKIPPED, SkipReason.UPSTREAM) and "MISSED" in load.message
+    # A paused upstream's skip too.
+    third = SLOT + dt.timedelta(hours=2)
+    CronJob.objects.filter(id=transform_id).update(paused=True)
+    paused = begin(transform, transform_id, third, trigger=Trigger.DIRECT)
+    assert paused.skip_reason == SkipReason.PAUSED
+    (load,) = of(load_id, third)
+    assert load.skip_reason == SkipReason.UPSTREAM and "SKIPPED, PAUSED" in load.message
+
+
+def test_a_rerun_with_cascade_runs_the_downstream_slot_again_and_down_the_chain(declare):
+    jobs_ = chain(declare)
+    run(*jobs_["extract"])
+    first = run(*jobs_["transform"], status=Status.FAILED)
+    load_id, report_id = jobs_["load"][1], jobs_["report"][1]
+    assert [r.skip_reason for r in of(load_id)] == [SkipReason.UPSTREAM]
+    again = run(*jobs_["transform"], cascade=True)
+    loads = of(load_id)
+    assert [(r.run_number, r.status, r.forced, r.cascade) for r in loads] == [
+        (1, Status.SKIPPED, False, False), (2, Status.PENDING, True, True)]
+    assert loads[1].upstream_execution_id == again and first != again
+    # The cascade goes on: load's success runs report's slot again too.
+    load, load_id_ = jobs_["load"]
+    claim = begin(load, load_id_, SLOT, execution_id=loads[1].id, trigger=Trigger.UPSTREAM)
+    assert claim.outcome == Status.RUNNING
+    finishes.finish(job_id=load_id_, execution_id=loads[1].id, fence=claim.fence, status=Status.SUCCEEDED)
+    assert [(r.run_number, r.status) for r in of(report_id)] == [(1, Status.SKIPPED), (2, Status.PENDING)]
+    # A cascade while the downstream slot still waits to start adds nothing.
+    run(*jobs_["load"][:2], cascade=True)
+    assert [(r.run_number, r.status) for r in of(report_id)] == [(1, Status.SKIPPED), (2, Status.PENDING)]
+
+
+def _succeed_at(barrier: threading.Barrier, execution_id: int, errors: list[BaseException]) -> None:
+    """In a thread of its own (its own connection): wait for the other, then write the success."""
+    try:
+        with connection.cursor() as cursor:
+            barrier.wait(timeout=10)
+            cursor.execute(f"UPDATE {executions.EXE} SET status = 'SUCCEEDED', completed = true, success = true, "
+                           "ended = now() WHERE id = %s", [execution_id])
+    except BaseException as error:  # reported by the test
+        errors.append(error)
+    finally:
+        connections.close_all()
+
+
+def test_two_upstreams_succeeding_at_once_create_the_downstream_slot_exactly_once(declare):
+    """The trigger takes the downstream's row lock in a statement of its own, so the second of two
+    concurrent final writes sees the first; without it neither would create the slot."""
+    jobs_ = chain(declare)
+    upstream_ids = [jobs_["extract"][1], jobs_["transform"][1]]
+    running = []
+    for job, job_id in (jobs_["extract"], jobs_["transform"]):
+        execution_id, _ = dispatch.enqueue(job=job, job_id=job_id, slot=SLOT, execution_date=SLOT.date(),
+                                           trigger=Trigger.ENQUEUE)
+        begin(job, job_id, SLOT, execution_id=execution_id, trigger=Trigger.ENQUEUE)
+        running.append(execution_id)
+    for _attempt in range(8):
+        CronExecution.objects.filter(job_id=jobs_["load"][1]).delete()
+        CronExecution.objects.filter(job_id__in=upstream_ids).update(status=Status.RUNNING, completed=False,
+                                                                     success=None)
+        barrier = threading.Barrier(2)
+        errors: list[BaseException] = []
+        threads = [threading.Thread(target=_succeed_at, args=(barrier, execution_id, errors))
+                   for execution_id in running]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=30)
+        assert not errors, errors
+        assert [r.status for r in of(jobs_["load"][1])] == [Status.PENDING]
+
+
+@override_settings(CRON_CELERY={"RECONCILE": RECONCILE})
+def test_the_reconciler_decides_a_slot_whose_upstreams_ended_before_the_edge_existed(declare):
+    made = {
+        "extract": declare("dep-extract", "DX1", schedule=HOURLY),
+        "transform": declare("dep-transform", "DX2", schedule=HOURLY),
+    }
+    from cron_celery import jobs as job_rows
+    ids = job_rows.refresh_job_ids(list(made.values()))
+    load = declare("dep-load", "DX3", after=["dep-extract", "dep-transform"])
+    load_id = job_rows.ensure_job(load)
+    CronJob.objects.filter(id=load_id).update(created_at=SLOT - dt.timedelta(days=1))
+    first = run(made["extract"], ids["DX1"])
+    last = run(made["transform"], ids["DX2"])
+    dependencies.sync([*made.values(), load])  # the deploy that declared the dependency
+    assert of(load_id) == []
+    assert reconciler.run_pass().downstream == 0  # ended within PENDING_GRACE: its writer may yet decide
+    with connection.cursor() as cursor:
+        cursor.execute(f"UPDATE {executions.EXE} SET ended = now() - interval '2 minutes' WHERE job_id = ANY(%s)",
+                       [[ids["DX1"], ids["DX2"]]])
+    report = reconciler.run_pass()
+    assert report.downstream == 1
+    (down,) = of(load_id)
+    assert (down.status, down.trigger) == (Status.PENDING, Trigger.UPSTREAM)
+    assert down.upstream_execution_id in (first, last)  # both succeeded: either decides it
+    assert reconciler.run_pass().downstream == 0  # decided once
+
+
+def test_an_admin_edit_that_splits_the_upstreams_schedules_is_recorded_on_the_downstream(declare):
+    jobs_ = chain(declare)
+    schedule_sync.sync()
+    load_id = jobs_["load"][1]
+    assert CronJob.objects.get(id=load_id).schedule_problem == ""
+    CronJob.objects.filter(id=jobs_["transform"][1]).update(schedule="0 4 * * *", schedule_timezone="UTC")
+    written = dependencies.note_in_effect_problems()
+    problem = CronJob.objects.get(id=load_id).schedule_problem
+    assert ("dep-load", problem) in written and ("dep-report", CronJob.objects.get(id=jobs_["report"][1])
+                                                .schedule_problem) in written
+    assert problem.startswith("its upstream jobs no longer share one schedule (dep-extract: every 3600s (UTC); "
+                              "dep-transform: 0 4 * * * (UTC))")
+    CronJob.objects.filter(id=jobs_["transform"][1]).update(schedule="every 3600s", schedule_timezone="")
+    dependencies.note_in_effect_problems()
+    assert CronJob.objects.get(id=load_id).schedule_problem == ""
+
+
+def test_a_downstream_slot_waits_for_its_jobs_live_run_instead_of_being_skipped(declare):
+    jobs_ = chain(declare)
+    load, load_id = jobs_["load"]
+    live = begin(load, load_id, SLOT + dt.timedelta(hours=5))  # overlap skip: one at a time
+    run(*jobs_["extract"])
+    run(*jobs_["transform"])
+    (down,) = of(load_id)
+    claim = begin(load, load_id, SLOT, execution_id=down.id, trigger=Trigger.UPSTREAM)
+    assert (claim.outcome, claim.blocker) == (claims.WAITING, live.execution_id)
+    assert row(down.id).status == Status.PENDING and row(down.id).waiting_since is not None
+
+
+def test_run_cron_task_runs_the_upstreams_in_process_and_cascade_runs_the_downstream_again(queue):
+    """The command's in-process runs: the last upstream's success sends the downstream to the
+    workers; ``--rerun --cascade`` of an upstream runs it again."""
+    from django.core.management import call_command
+
+    from tests.jobsapp import jobs_chain
+
+    chain_jobs = [jobs_chain.chain_extract.job, jobs_chain.chain_transform.job, jobs_chain.chain_load.job]
+    dependencies.sync(chain_jobs)
+    at = "2026-11-29T05:00Z"
+    call_command("run_cron_task", "chain-extract", at=at)
+    assert queue.headers() == []
+    call_command("run_cron_task", "chain-transform", at=at)
+    load_id = CronJob.objects.get(code="C103").id
+    (first,) = of(load_id, dt.datetime(2026, 11, 29, 5, tzinfo=dt.UTC))
+    [sent] = queue.headers()
+    assert (sent[tasks.HEADER_EXECUTION], sent[tasks.HEADER_TRIGGER]) == (first.id, Trigger.UPSTREAM)
+    call_command("run_cron_task", "chain-transform", at=at, rerun=True)  # no cascade: nothing more
+    assert len(of(load_id, dt.datetime(2026, 11, 29, 5, tzinfo=dt.UTC))) == 1
+    CronExecution.objects.filter(id=first.id).update(status=Status.SUCCEEDED, completed=True, success=True)
+    call_command("run_cron_task", "chain-transform", at=at, rerun=True, cascade=True)
+    loads = of(load_id, dt.datetime(2026, 11, 29, 5, tzinfo=dt.UTC))
+    assert [(r.run_number, r.status, r.forced) for r in loads] == [(1, Status.SUCCEEDED, False),
+                                                                   (2, Status.PENDING, True)]
+    assert [h[tasks.HEADER_EXECUTION] for h in queue.headers()][-1] == loads[1].id
