@@ -405,12 +405,17 @@ class CronCeleryVariant(Variant):
         self.names: list[str] = []
         started = time.perf_counter()
         for i in range(self.n):
-            job = registry.declare(name=f"beat-scale-{i:05d}", code=f"BS-{i:05d}",
-                                   task_name=f"bench.beat_scale.job_{i:05d}", schedule=every_minute)
+            job = self.declare(i, every_minute)
             registry.register(job)
             self.names.append(job.name)
         self.declare_seconds = time.perf_counter() - started
         self.other = crontab(minute="*/2")  # an insert: no job's version moves
+
+    def declare(self, i: int, schedule: Any) -> Any:
+        from cron_celery import registry
+
+        return registry.declare(name=f"beat-scale-{i:05d}", code=f"BS-{i:05d}",
+                                task_name=f"bench.beat_scale.job_{i:05d}", schedule=schedule)
 
     def construct(self) -> Any:
         from cron_celery.beat import Scheduler
@@ -461,7 +466,45 @@ class CronCeleryVariant(Variant):
             registry.unregister(name)
 
 
-VARIANTS: tuple[type[Variant], ...] = (CeleryBeatVariant, CronCeleryVariant)
+class JitterVariant(CronCeleryVariant):
+    """The same N jobs with ``jitter=30``: each slot sent a fixed offset below 30 s after it, so
+    the burst spreads over half a minute; the idle tick must stay what it was."""
+
+    key = "cron_celery_jitter"
+    label = "cron_celery, jitter=30"
+    jitter = 30
+
+    def declare(self, i: int, schedule: Any) -> Any:
+        from cron_celery import registry
+
+        return registry.declare(name=f"beat-scale-{i:05d}", code=f"BS-{i:05d}",
+                                task_name=f"bench.beat_scale.job_{i:05d}", schedule=schedule, jitter=self.jitter)
+
+
+class DependentsVariant(CronCeleryVariant):
+    """The same N jobs and 1,000 more declared ``after=`` them (job i after job i mod N): they have
+    no schedule, so the beat never dispatches them; the idle tick must stay what it was."""
+
+    key = "cron_celery_after"
+    label = "cron_celery + 1,000 after="
+    dependents = 1000
+
+    def prepare(self) -> None:
+        from cron_celery import registry
+
+        super().prepare()
+        started = time.perf_counter()
+        for i in range(self.dependents):
+            job = registry.declare(name=f"beat-scale-after-{i:05d}", code=f"BA-{i:05d}",
+                                   task_name=f"bench.beat_scale.after_{i:05d}", after=[self.names[i % self.n]])
+            registry.register(job)
+            self.names.append(job.name)
+        self.declare_seconds += time.perf_counter() - started
+
+
+VARIANTS: tuple[type[Variant], ...] = (CeleryBeatVariant, CronCeleryVariant, JitterVariant, DependentsVariant)
+#: The variants the page compares with DatabaseScheduler row by row (the first two are the pair).
+CRON_VARIANTS = ("cron_celery", "cron_celery_jitter", "cron_celery_after")
 
 
 # ------------------------------------------------------------------------------- phases
@@ -653,7 +696,7 @@ def table(n: int, dbs: dict[str, Any], ours: dict[str, Any]) -> list[str]:
     def row(label: str, left: str, right: str, rat: str = "") -> str:
         return f"  {label:<36} {left:>24} {right:>24} {rat:>9}"
 
-    rows = [f"N = {n:,}", row("", "DatabaseScheduler", "cron_celery", "cc / DBS"),
+    rows = [f"N = {n:,}", row("", "DatabaseScheduler", ours["scheduler"], "cc / DBS"),
             row("jobs in place (bulk insert / declare)", f"{dbs['prepare_s']:.3f} s", f"{ours['prepare_s']:.3f} s")]
     for key, label in (("build_first", "build, first"), ("build_restart", "build, restart")):
         rows.append(row(label, f"{dbs[key]['seconds']:.3f} s", f"{ours[key]['seconds']:.3f} s",
@@ -771,9 +814,10 @@ def main(argv: list[str] | None = None) -> int:
                     finally:
                         variant.teardown()
                 log("")
-                for line in table(n, results[str(n)]["dbs"], results[str(n)]["cron_celery"]):
-                    log(line)
-                log("")
+                for key in CRON_VARIANTS:
+                    for line in table(n, results[str(n)]["dbs"], results[str(n)][key]):
+                        log(line)
+                    log("")
     finally:
         with contextlib.suppress(Exception):
             reset_tables()

@@ -436,21 +436,28 @@ def burst_cell(burst: dict[str, Any]) -> str:
             f"{burst['cap_seconds']:g} s)")
 
 
+#: cron_celery's variants besides the plain one, when a run has them: (key, name on the page).
+BEAT_VARIANTS = (("cron_celery_jitter", "cron_celery, jitter=30"),
+                 ("cron_celery_after", "cron_celery + 1,000 `after=` jobs"))
+
+
 def beat_rows(size: int, pair: dict[str, Any], ratios: dict[str, float | None]) -> list[list[str]]:
-    rows = []
-    for key, name in (("dbs", "DBS"), ("cron_celery", "cron_celery")):
+    def figures_row(key: str, name: str) -> list[str]:
         figures = pair[key]
-        rows.append([
+        return [
             f"{size:,}" if key == "dbs" else "", name,
             fmt_seconds(figures["build_first"]["seconds"]), fmt_seconds(figures["build_restart"]["seconds"]),
             fmt_ms(figures["idle"]["median_ms"]), fmt_ms(figures["idle"]["p95_ms"]),
             f"{fmt_ms(figures['edit']['single']['ms'])} ({figures['edit']['single']['rows_read']:,})",
             burst_cell(figures["burst"]), fmt_number(figures["burst"]["rate_per_s"], 1),
-        ])
+        ]
+
+    rows = [figures_row("dbs", "DBS"), figures_row("cron_celery", "cron_celery")]
     rows.append(["", "**cron_celery ÷ DBS**", fmt_ratio(ratios["build_first"]), fmt_ratio(ratios["build_restart"]),
                  fmt_ratio(ratios["idle_median"], bold=True), fmt_ratio(ratios["idle_p95"]),
                  f"{fmt_ratio(ratios['edit'], bold=True)} ({fmt_ratio(ratios['edit_rows'])})",
                  fmt_ratio(ratios["burst_time"], bold=True), fmt_ratio(ratios["burst_rate"])])
+    rows += [figures_row(key, name) for key, name in BEAT_VARIANTS if key in pair]
     return rows
 
 
@@ -482,6 +489,27 @@ def beat_targets(data: dict[str, Any], ratios: dict[int, dict[str, float | None]
         f"{BEAT_TARGETS['burst_s']:g} s: {verdict(burst_met)}); DatabaseScheduler: {burst_cell(dbs['burst'])}.",
         "",
     ]
+
+
+def beat_variants_lines(data: dict[str, Any]) -> list[str]:
+    """What the jitter and ``after=`` variants show, when the run has them."""
+    sizes = sorted(int(size) for size, pair in data["results"].items()
+                   if all(key in pair for key, _name in BEAT_VARIANTS))
+    if not sizes:
+        return []
+    lines = ["With jitter and with dependent jobs (the rows *jitter=30* and *+ 1,000 `after=` jobs*), the",
+             "idle tick against the plain cron_celery row of the same N:", ""]
+    for size in sizes:
+        pair = data["results"][str(size)]
+        plain = pair["cron_celery"]["idle"]["median_ms"]
+        jitter, after = pair["cron_celery_jitter"], pair["cron_celery_after"]
+        lines.append(f"- N = {size:,}: {fmt_ms(plain)} plain, {fmt_ms(jitter['idle']['median_ms'])} with jitter "
+                     f"({fmt_ratio(ratio(jitter['idle']['median_ms'], plain))}), "
+                     f"{fmt_ms(after['idle']['median_ms'])} with 1,000 `after=` jobs "
+                     f"({fmt_ratio(ratio(after['idle']['median_ms'], plain))}); with jitter the burst's first "
+                     f"message went {jitter['burst']['first_s']:.1f} s and its last {jitter['burst']['last_s']:.1f} s "
+                     "after the slot, spread by the jobs' offsets.")
+    return [*lines, ""]
 
 
 def beat_section(results: Results) -> list[str]:
@@ -529,10 +557,12 @@ def beat_section(results: Results) -> list[str]:
         measured(results, "beat_scale", settings["date"]) + f" django-celery-beat "
         f"{settings.get('django_celery_beat', '?')}, cron_celery `BEAT_BATCH={settings.get('beat_batch', '?')}`.",
         "",
+        *beat_variants_lines(data),
         "### Why cron_celery's tick stays flat",
         "",
         "An idle tick is django-celery-beat's own change check (one row) plus one query of two index",
-        "lookups: the earliest `next_run_at`, and whether any job was edited (a scalar subquery that",
+        "lookups: the earliest `due_at` (the next slot plus the job's jitter), and whether any job was",
+        "edited (a scalar subquery that",
         "uses a partial index). Neither grows with N. An edit bumps the job's schedule version, and the",
         "next tick reloads that job only; DatabaseScheduler re-reads every periodic task on any change.",
         "A burst is planned once per distinct schedule and due slot, recorded with one",

@@ -165,10 +165,10 @@ def schedules_of(job: registry.Job, by_name: dict[str, registry.Job]) -> dict[st
     return texts
 
 
-def note_in_effect_problems() -> list[tuple[str, str]]:
+def note_in_effect_problems(edited: list[int] | None = None) -> list[tuple[str, str]]:
     """Write ``in_effect_problems`` to the downstream jobs' ``schedule_problem`` where it changed;
     returns (job name, problem) of the rows written ('' for a problem that cleared)."""
-    found = in_effect_problems()
+    found = in_effect_problems(edited)
     if not found:
         return []
     with connection.cursor() as cursor:
@@ -184,15 +184,19 @@ def note_in_effect_problems() -> list[tuple[str, str]]:
         return [(str(name), str(problem)) for name, problem in cursor.fetchall()]
 
 
-def in_effect_problems() -> dict[int, str]:
+def in_effect_problems(edited: list[int] | None = None) -> dict[int, str]:
     """{downstream job id: why} for downstream jobs whose upstreams' schedules in effect (after
     admin edits) are not one schedule, through chains; the others get ''. Read by the schedule
-    sync, which records it as the downstream's ``schedule_problem``."""
+    sync, which records it as the downstream's ``schedule_problem``. ``edited``: only the jobs
+    below these (an admin edit reads its own chain, not every dependency); None: all of them."""
     with connection.cursor() as cursor:
         cursor.execute(
             f"""
-            WITH RECURSIVE reach(downstream_id, upstream_id) AS (
-                SELECT downstream_id, upstream_id FROM {DEP}
+            WITH RECURSIVE below(id) AS (
+                SELECT downstream_id FROM {DEP} WHERE %(all)s OR upstream_id = ANY(%(edited)s)
+                UNION SELECT d.downstream_id FROM below AS b JOIN {DEP} AS d ON d.upstream_id = b.id
+            ), reach(downstream_id, upstream_id) AS (
+                SELECT downstream_id, upstream_id FROM {DEP} WHERE downstream_id IN (SELECT id FROM below)
                 UNION
                 SELECT r.downstream_id, d.upstream_id FROM reach AS r JOIN {DEP} AS d ON d.downstream_id = r.upstream_id
             )
@@ -202,7 +206,8 @@ def in_effect_problems() -> dict[int, str]:
             FROM reach AS r JOIN {JOB} AS j ON j.id = r.upstream_id
             WHERE NOT EXISTS (SELECT 1 FROM {DEP} AS up WHERE up.downstream_id = j.id)
             GROUP BY r.downstream_id
-            """
+            """,
+            {"all": edited is None, "edited": edited or []},
         )
         rows: list[tuple[Any, ...]] = cursor.fetchall()
     found: dict[int, str] = {}

@@ -296,15 +296,16 @@ def apply_edits(now: dt.datetime | None = None, limit: int = 1000) -> int:
             )
             written = {int(row[0]) for row in cursor.fetchall()}
     schedule_problems.alert([found for job_id, found in raised.items() if job_id in written])
-    if rows:
-        note_downstream()
+    if written:
+        note_downstream(sorted(written))
     return len(rows)
 
 
-def note_downstream() -> None:
-    """Record (and log) on each job declared with ``after=`` whether its upstreams' schedules in
-    effect are still one schedule: an admin edit of one upstream can break that for it."""
-    for name, problem in dependencies.note_in_effect_problems():
+def note_downstream(edited: list[int] | None = None) -> None:
+    """Record (and log) on each job declared with ``after=`` below the ``edited`` jobs (None: every
+    one) whether its upstreams' schedules in effect are still one schedule: an admin edit of one
+    upstream can break that for it."""
+    for name, problem in dependencies.note_in_effect_problems(edited):
         if problem:
             logger.warning("cron job %s: %s", name, problem)
         else:

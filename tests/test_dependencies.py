@@ -291,7 +291,8 @@ def test_an_admin_edit_that_splits_the_upstreams_schedules_is_recorded_on_the_do
     load_id = jobs_["load"][1]
     assert CronJob.objects.get(id=load_id).schedule_problem == ""
     CronJob.objects.filter(id=jobs_["transform"][1]).update(schedule="0 4 * * *", schedule_timezone="UTC")
-    written = dependencies.note_in_effect_problems()
+    assert dependencies.note_in_effect_problems([jobs_["report"][1]]) == []  # nothing below report
+    written = dependencies.note_in_effect_problems([jobs_["transform"][1]])  # what the edit's tick reads
     problem = CronJob.objects.get(id=load_id).schedule_problem
     assert ("dep-load", problem) in written and ("dep-report", CronJob.objects.get(id=jobs_["report"][1])
                                                 .schedule_problem) in written
