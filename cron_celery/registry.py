@@ -110,6 +110,8 @@ _by_name: dict[str, Job] = {}
 _by_code: dict[str, Job] = {}
 _by_task: dict[str, Job] = {}
 _discovered = False
+#: The names that some declared job runs ``after=`` (None: to be worked out again).
+_upstreams: frozenset[str] | None = None
 
 
 E = TypeVar("E", enums.ExecutionPattern, enums.Overlap, enums.CatchUp)
@@ -377,7 +379,25 @@ def register(job: Job) -> Job:
         _by_name[job.name] = job
         _by_code[job.code] = job
         _by_task[job.task_name] = job
+        _forget_upstreams()
     return job
+
+
+def _forget_upstreams() -> None:
+    global _upstreams
+    _upstreams = None
+
+
+def has_downstream(name: str) -> bool:
+    """Whether a job declared in this process runs ``after=`` the job named ``name``: only then
+    does the end of its run look for downstream executions to send (one query saved per run of
+    every other job)."""
+    global _upstreams
+    found = _upstreams
+    if found is None:
+        with _lock:
+            found = _upstreams = frozenset(upstream for job in _by_name.values() for upstream in job.after)
+    return name in found
 
 
 def unregister(name: str) -> None:
@@ -387,6 +407,7 @@ def unregister(name: str) -> None:
         if job is not None:
             _by_code.pop(job.code, None)
             _by_task.pop(job.task_name, None)
+        _forget_upstreams()
 
 
 def autodiscover() -> None:

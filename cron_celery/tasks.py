@@ -208,7 +208,8 @@ class TrackedTask(celery.Task):  # type: ignore[type-arg]
         )
         if outcome.frees_job:
             send_waiting(self.app, job)
-        if outcome.status == enums.Status.SUCCEEDED and outcome.execution_id is not None:
+        if (outcome.status == enums.Status.SUCCEEDED and outcome.execution_id is not None
+                and registry.has_downstream(job.name)):
             send_downstream(self.app, outcome.execution_id)
         if outcome.status == enums.Status.RETRYING and outcome.execution_id is not None:
             # The lock is released and the row says RETRYING; the new message claims it.

@@ -340,3 +340,23 @@ def test_run_cron_task_runs_the_upstreams_in_process_and_cascade_runs_the_downst
     assert [(r.run_number, r.status, r.forced) for r in loads] == [(1, Status.SUCCEEDED, False),
                                                                    (2, Status.PENDING, True)]
     assert [h[tasks.HEADER_EXECUTION] for h in queue.headers()][-1] == loads[1].id
+
+
+def test_a_run_looks_for_downstream_executions_only_when_a_job_runs_after_its_job():
+    """Found by the overhead benchmark: every successful run of every job queried for downstream
+    executions to send (a third statement per run of any job; this failed on f019c2e)."""
+    from django.test.utils import CaptureQueriesContext
+
+    from tests.jobsapp import jobs_chain
+    from tests.jobsapp import tasks as plain
+
+    lone = plain.fast_always
+    lone(slot="2026-11-29T07:00:00Z")  # the job's row exists: the runs below are steady state
+    with CaptureQueriesContext(connection) as queries:
+        lone(slot="2026-11-29T07:01:00Z")
+    assert not [q for q in queries if "upstream_execution_id" in q["sql"]]
+    assert registry.has_downstream("chain-transform") and not registry.has_downstream(lone.job.name)
+    dependencies.sync([jobs_chain.chain_extract.job, jobs_chain.chain_transform.job, jobs_chain.chain_load.job])
+    with CaptureQueriesContext(connection) as queries:
+        jobs_chain.chain_transform(slot="2026-11-29T07:00:00Z")
+    assert [q for q in queries if "upstream_execution_id" in q["sql"]]

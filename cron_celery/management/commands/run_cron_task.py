@@ -94,7 +94,8 @@ class Command(BaseCommand):
             )
         if outcome.frees_job:  # a run the workers' backfill or retries wait for may start now
             tasks.send_waiting(current_app, job)
-        if outcome.status == enums.Status.SUCCEEDED and outcome.execution_id is not None:
+        if (outcome.status == enums.Status.SUCCEEDED and outcome.execution_id is not None
+                and registry.has_downstream(job.name)):
             tasks.send_downstream(current_app, outcome.execution_id)  # jobs declared after= it
         label = f"{job.name} {schedules.iso(slot)}"
         where = (f"(execution {outcome.execution_id}, recorded as a skip)" if outcome.status == enums.Status.SKIPPED
