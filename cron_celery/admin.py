@@ -10,7 +10,7 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import zoneinfo
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from django import forms
@@ -40,6 +40,7 @@ from cron_celery import (
     models,
     outcomes,
     registry,
+    schedules,
     tasks,
     upcoming,
 )
@@ -90,6 +91,12 @@ class BackfillForm(forms.Form):
                                            "(declared with after=) again")
 
 
+class OneOffForm(forms.Form):
+    at = forms.CharField(label="At", help_text="e.g. 2026-12-01 18:00, in each job's timezone unless you add an "
+                                               "offset or Z; must be in the future")
+    force = forms.BooleanField(required=False, label="Run even if the job is paused then")
+
+
 @admin.register(models.CronJob)
 class CronJobAdmin(ReadOnly):
     """The dashboard: one row per job, its health at a glance."""
@@ -112,7 +119,7 @@ class CronJobAdmin(ReadOnly):
         said += [f"runs before {', '.join(before)}"] if before else []
         return "; ".join(said)
     list_per_page = 50
-    actions = ("run_now", "pause", "resume", "backfill_range")
+    actions = ("run_now", "schedule_one_off", "pause", "resume", "backfill_range")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[models.CronJob]:
         queryset = super().get_queryset(request).select_related("periodic_task")
@@ -143,8 +150,11 @@ class CronJobAdmin(ReadOnly):
         plan = upcoming.upcoming(timezone.now())
         history = reverse("admin:cron_celery_cronexecution_changelist")
         rows = [{"at": dashboard.when(slot.at), "due": slot.due, "name": slot.job.name, "code": slot.job.code,
-                 "local": _local(slot.at, slot.job), "words": dashboard.describe(slot.job.schedule),
-                 "expression": slot.job.schedule, "history": f"{history}?job={slot.job.id}"} for slot in plan.slots]
+                 "local": _local(slot.at, slot.job),
+                 "words": f"one-off run (execution {slot.one_off})" if slot.one_off else
+                 dashboard.describe(slot.job.schedule),
+                 "expression": "" if slot.one_off else slot.job.schedule, "history": f"{history}?job={slot.job.id}"}
+                for slot in plan.slots]
         return TemplateResponse(request, "admin/cron_celery/upcoming.html", {
             **self.admin_site.each_context(request), "title": "Upcoming: the next hour of slots", "plan": plan,
             "rows": rows, "per_job": upcoming.PER_JOB, "max_jobs": upcoming.MAX_JOBS, "opts": self.model._meta,
@@ -179,7 +189,7 @@ class CronJobAdmin(ReadOnly):
 
     @admin.display(description="next slot", ordering="next_run_at")
     def next_slot(self, job: models.CronJob) -> SafeString:
-        return dashboard.when_stacked(job.next_run_at)
+        return dashboard.next_run(job, getattr(job, "next_one_off", None), timezone.now())
 
     @admin.display(description="7 days")
     def week_figures(self, job: Any) -> SafeString:
@@ -237,23 +247,64 @@ class CronJobAdmin(ReadOnly):
     def backfill_range(self, request: HttpRequest, queryset: QuerySet[models.CronJob]) -> HttpResponse | None:
         form = BackfillForm(request.POST if "apply" in request.POST else None)
         if "apply" in request.POST and form.is_valid():
-            for job in queryset:
-                declared = _declared_or_say(self, request, job)
-                if declared is None:
-                    continue
-                try:
-                    planned = backfill.plan(declared, form.cleaned_data["start"], form.cleaned_data["end"],
-                                            force=form.cleaned_data["force"], cascade=form.cleaned_data["cascade"])
-                    started = backfill.start(declared, planned)
-                except exceptions.CronCeleryError as error:
-                    self.message_user(request, f"{job.name}: {error}", messages.ERROR)
-                    continue
-                self.message_user(request, _backfill_said(job, started, len(planned.done)), messages.SUCCESS)
+            data = form.cleaned_data
+
+            def send(job: models.CronJob, declared: registry.Job) -> SafeString:
+                planned = backfill.plan(declared, data["start"], data["end"], force=data["force"],
+                                        cascade=data["cascade"])
+                return _backfill_said(job, backfill.start(declared, planned), len(planned.done), planned.outside)
+
+            self._each_declared(request, queryset, send)
             return None
-        return TemplateResponse(request, "admin/cron_celery/backfill.html", {
-            **self.admin_site.each_context(request), "title": "Backfill", "form": form, "jobs": queryset,
-            "action": "backfill_range", "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
-            "opts": self.model._meta,
+        return self._action_form(request, queryset, form, "backfill_range", title="Backfill", submit="Send the slots",
+                                 intro="Send the past slots of these jobs to the workers (trigger BACKFILL), oldest "
+                                       "first. Slots that already succeeded, or are queued or running, are left out "
+                                       "unless you tick the last box.")
+
+    @admin.action(description="Schedule a one-off run…", permissions=["operate"])
+    def schedule_one_off(self, request: HttpRequest, queryset: QuerySet[models.CronJob]) -> HttpResponse | None:
+        form = OneOffForm(request.POST if "apply" in request.POST else None)
+        if "apply" in request.POST and form.is_valid():
+            data = form.cleaned_data
+
+            def record(job: models.CronJob, declared: registry.Job) -> SafeString:
+                at = schedules.parse_slot(data["at"], declared.tzinfo)
+                recorded = tasks.schedule_one_off(declared, at, force=data["force"])
+                return format_html(
+                    '{}: one-off run at {} recorded (execution {}); the beat sends it then. '
+                    '<a href="{}">Cancel it from the history</a>.', job.name, dashboard.when(at),
+                    recorded.execution_id, reverse("admin:cron_celery_cronexecution_changelist")
+                    + f"?job={job.id}&trigger__exact={enums.Trigger.ONE_OFF.value}")
+
+            self._each_declared(request, queryset, record)
+            return None
+        return self._action_form(request, queryset, form, "schedule_one_off", title="Schedule a one-off run",
+                                 submit="Record the one-off run",
+                                 intro="Record one run of each of these jobs at a time of your choosing (trigger "
+                                       "ONE_OFF): the beat sends it to the workers then, once. It shows as the "
+                                       "job's next run on the dashboard, and can be cancelled from the history "
+                                       "until it is sent.")
+
+    def _each_declared(self, request: HttpRequest, queryset: QuerySet[models.CronJob],
+                       act: Callable[[models.CronJob, registry.Job], SafeString]) -> None:
+        """``act`` on each selected job declared in this code base; says what it did, or why not."""
+        for job in queryset:
+            declared = _declared_or_say(self, request, job)
+            if declared is None:
+                continue
+            try:
+                said = act(job, declared)
+            except exceptions.CronCeleryError as error:
+                self.message_user(request, f"{job.name}: {error}", messages.ERROR)
+                continue
+            self.message_user(request, said, messages.SUCCESS)
+
+    def _action_form(self, request: HttpRequest, queryset: QuerySet[models.CronJob], form: forms.Form, action: str,
+                     *, title: str, submit: str, intro: str) -> HttpResponse:
+        return TemplateResponse(request, "admin/cron_celery/action_form.html", {
+            **self.admin_site.each_context(request), "title": title, "form": form, "jobs": queryset,
+            "action": action, "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
+            "opts": self.model._meta, "intro": intro, "submit": submit,
         })
 
 
@@ -268,12 +319,13 @@ def _local(slot: dt.datetime, job: models.CronJob) -> str:
         return zone
 
 
-def _backfill_said(job: models.CronJob, started: backfill.Started, done: int) -> SafeString:
+def _backfill_said(job: models.CronJob, started: backfill.Started, done: int, outside: int = 0) -> SafeString:
     """How far a backfill got, with a link to its executions in the history."""
     history = (reverse("admin:cron_celery_cronexecution_changelist")
                + f"?job={job.id}&trigger__exact={enums.Trigger.BACKFILL.value}")
     later = f", {started.handed_over} being sent by a worker" if started.handed_over else ""
     skipped = f"; {done} already ran" if done else ""
+    skipped += f"; {outside} outside its active window left out" if outside else ""
     return format_html('{}: {} slots recorded, {} sent now{}{}. <a href="{}">Follow them in the history</a>.',
                        job.name, started.recorded, started.sent, later, skipped, history)
 
@@ -347,7 +399,7 @@ class CronExecutionAdmin(ReadOnly):
     list_select_related = ("job",)
     show_full_result_count = False  # no count(*) over the whole history on every page
     paginator = EstimatedCountPaginator
-    actions = ("rerun", "rerun_cascade", "mark_lost", "export_csv")
+    actions = ("rerun", "rerun_cascade", "cancel_one_off", "mark_lost", "export_csv")
     inlines = (AlertInline,)
     readonly_fields = ("attempt_history", "duration", "chain")
     fieldsets = (
@@ -456,6 +508,17 @@ class CronExecutionAdmin(ReadOnly):
                 continue
             self.message_user(request, f"{row.task_name} {row.slot:%Y-%m-%d %H:%M}: sent again "
                                        f"(execution {sent.execution_id}).", messages.SUCCESS)
+
+    @admin.action(description="Cancel one-off runs not sent yet", permissions=["operate"])
+    def cancel_one_off(self, request: HttpRequest, queryset: QuerySet[models.CronExecution]) -> None:
+        user = getattr(request.user, "get_username", lambda: "someone")()
+        chosen = list(queryset.values_list("id", flat=True))
+        cancelled = outcomes.cancelled(chosen, f"{user} in the admin")
+        left = len(chosen) - len(cancelled)
+        said = f"{len(cancelled)} one-off run(s) cancelled"
+        if left:
+            said += f"; {left} left as they are (not one-off runs, or sent already: revoke a sent one to stop it)"
+        self.message_user(request, said + ".", messages.SUCCESS if cancelled else messages.WARNING)
 
     @admin.action(description="Mark stuck executions LOST", permissions=["operate"])
     def mark_lost(self, request: HttpRequest, queryset: QuerySet[models.CronExecution]) -> None:

@@ -12,6 +12,13 @@ sends (``deliver``: claim, send, settle).
 Policy per job: the first alert of an incident goes out at the ``alert_after``-th failure
 in a row; later failures of the same incident are quiet unless ``alert_repeat`` seconds
 passed since the last alert; the first success after an alerted incident sends RECOVERED.
+
+A job declared with ``after=`` and ``alert_on_upstream=True`` also hears, on its failure channels
+(event UPSTREAM), of each of its slots skipped because an upstream failed (FAILED, TIMED_OUT,
+LOST, through a chain too): once per skipped execution, in the transaction of the upstream's
+final write, which wrote the skip. Its own incident is left alone: it did not fail. A revoked
+upstream (stopped on purpose), a skipped one and a MISSED slot (the scheduler was down: the
+upstream alerts once per outage) do not alert it.
 """
 
 from __future__ import annotations
@@ -46,7 +53,10 @@ BUILT_IN = {
 }
 #: Which ``NOTIFICATIONS`` list names the channels of each event.
 KIND = {E.FAILED: "on_failure", E.TIMED_OUT: "on_failure", E.LOST: "on_failure", E.MISSED: "on_failure",
-        E.RECOVERED: "on_recovery", E.SUCCEEDED: "on_success"}
+        E.RECOVERED: "on_recovery", E.SUCCEEDED: "on_success", E.UPSTREAM: "on_failure"}
+#: The upstream outcomes whose skip of a downstream slot alerts a job declared with
+#: ``alert_on_upstream=True`` (event UPSTREAM): the failures.
+UPSTREAM_FAILURES = frozenset({S.FAILED, S.TIMED_OUT, S.LOST})
 
 
 def channel_names(job: registry.Job | None, event: str) -> tuple[str, ...]:
@@ -196,6 +206,36 @@ def record(*, job: registry.Job | None, job_id: int, execution_id: int, status: 
     return Recorded(events=alerted, alert_ids=ids, recovered=recovered)
 
 
+def upstream_failed(ended: events.Ended) -> bool:
+    """A downstream slot skipped because an upstream failed, of a job that wants to hear of it."""
+    return (ended.status == S.SKIPPED and ended.error_code == enums.SkipReason.UPSTREAM
+            and ended.upstream_status in UPSTREAM_FAILURES and ended.job is not None
+            and ended.job.alert_on_upstream)
+
+
+def record_upstream(*, job: registry.Job | None, job_id: int, execution_id: int) -> Recorded:
+    """Write the UPSTREAM alert rows of a downstream execution skipped because an upstream failed:
+    one per failure channel of the job, once per execution; call it inside the transaction that
+    wrote the skip (the upstream's final write)."""
+    names = _deliverable(job, E.UPSTREAM)
+    if not names:
+        return NOTHING
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            INSERT INTO {ALERT} (execution_id, job_id, event, channel, status, attempts, last_error)
+            SELECT %s, %s, %s, r.channel, 'PENDING', 0, '' FROM unnest(%s::text[]) AS r(channel)
+            ON CONFLICT (execution_id, event, channel) DO NOTHING
+            RETURNING id
+            """,
+            [execution_id, job_id, E.UPSTREAM.value, list(names)],
+        )
+        ids = tuple(int(found[0]) for found in cursor.fetchall())
+    if ids:
+        transaction.on_commit(lambda: send_soon(ids))
+    return Recorded(events=(E.UPSTREAM,) if ids else (), alert_ids=ids, recovered=False)
+
+
 def wanted_for(job: registry.Job | None, status: str) -> bool:
     """Whether ``record`` can have anything to write for this outcome (saves a transaction)."""
     if status == S.SUCCEEDED:
@@ -211,9 +251,14 @@ class Outbox(events.Listener):
     name = "alerts"
 
     def records(self, ended: events.Ended) -> bool:
+        if upstream_failed(ended):
+            return bool(_deliverable(ended.job, E.UPSTREAM))
         return wanted_for(ended.job, ended.status)
 
     def record(self, ended: events.Ended) -> None:
+        if upstream_failed(ended):
+            record_upstream(job=ended.job, job_id=ended.job_id, execution_id=ended.execution_id)
+            return
         record(job=ended.job, job_id=ended.job_id, execution_id=ended.execution_id, status=ended.status,
                counted=ended.counted, lost_attempt=ended.lost_attempt)
 
@@ -246,6 +291,8 @@ def message_for(alert: models.Alert) -> Message:
         if lost:
             attempt = int(lost[-1].get("attempt") or attempt)
             error_code, error = str(lost[-1].get("error_code") or ""), str(lost[-1].get("message") or "")
+    if alert.event == E.UPSTREAM:
+        error_code, error = enums.SkipReason.UPSTREAM.value, _upstream_story(execution)
     return Message(
         event=alert.event, job=execution.task_name, code=execution.task_code, slot=execution.slot,
         execution_date=execution.execution_date, execution_id=execution.id, run_number=execution.run_number,
@@ -254,6 +301,31 @@ def message_for(alert: models.Alert) -> Message:
         error=error, traceback=execution.traceback,
         admin_url=f"{base}/admin/cron_celery/cronexecution/{execution.id}/change/" if base else "",
     )
+
+
+def upstream_failure(execution: models.CronExecution, hops: int = 50) -> models.CronExecution | None:
+    """The upstream execution whose end skipped this one, up through the skips of a chain; None if
+    it was deleted meanwhile (retention)."""
+    found = execution
+    for _hop in range(hops):
+        if found.upstream_execution_id is None:
+            return None
+        above = models.CronExecution.objects.filter(id=found.upstream_execution_id).first()
+        if above is None or not (above.status == S.SKIPPED and above.skip_reason == enums.SkipReason.UPSTREAM):
+            return above
+        found = above
+    return None
+
+
+def _upstream_story(execution: models.CronExecution) -> str:
+    """The skip's own message (naming the upstream execution it was skipped for), then the upstream
+    failure that stopped the chain, with its error."""
+    failure = upstream_failure(execution)
+    if failure is None:
+        return execution.message
+    first_line = (failure.message.strip().splitlines() or [""])[0]
+    return (f"{execution.message}\nUpstream failure: {failure.task_name} ({failure.task_code}), execution "
+            f"{failure.id}, ended {failure.status}" + (f": {first_line}" if first_line else "."))
 
 
 def claim_seconds(timeout: float) -> float:

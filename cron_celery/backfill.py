@@ -36,6 +36,7 @@ class Plan:
     slots: list[dt.datetime]  # to send, oldest first
     done: list[dt.datetime]  # left out: they already ran (or run now)
     cascade: bool = False  # each slot's success runs the downstream jobs' slot again
+    outside: int = 0  # slots of the range left out: outside the job's active window (never its slots)
 
 
 def plan(job: registry.Job, start: str | dt.date, end: str | dt.date, *, force: bool = False,
@@ -51,20 +52,28 @@ def plan(job: registry.Job, start: str | dt.date, end: str | dt.date, *, force: 
     if schedule is None:
         raise exceptions.InvalidSlot(f"job {job.name!r} has no schedule; run single slots with run_cron_task --at.",
                                      value=job.name)
-    after = schedules.slot_for_date(first, job.tzinfo) - dt.timedelta(microseconds=1)
-    until = schedules.slot_for_date(last + dt.timedelta(days=1), job.tzinfo) - dt.timedelta(microseconds=1)
-    slots = schedules.slots_between(schedule, after, until, limit=limit + 1)
+    begins = schedules.slot_for_date(first, job.tzinfo)
+    ends = schedules.slot_for_date(last + dt.timedelta(days=1), job.tzinfo)  # the range: [begins, ends)
+    opens, closes = models.CronJob.objects.filter(code=job.code).values_list("active_from", "active_until").first() \
+        or (job.active_from, job.active_until)
+    lower, upper = max(begins, opens or begins), min(ends, closes or ends)  # inside the job's active window
+    tick = dt.timedelta(microseconds=1)
+    slots = schedules.slots_between(schedule, lower - tick, upper - tick, limit=limit + 1) if lower < upper else []
+    outside = 0
+    if (lower, upper) != (begins, ends):  # the window's slots only: those outside it were never the job's
+        outside = len(schedules.slots_between(schedule, begins - tick, ends - tick, limit=10 * limit)) - len(slots)
     if len(slots) > limit:
         raise exceptions.InvalidSlot(
             f"{first}..{last} holds more than {limit} slots of {job.name}; backfill a shorter range (or raise "
             "--limit).", value=f"{first}..{last}")
     if force or not slots:
-        return Plan(slots=slots, done=[], cascade=cascade)
+        return Plan(slots=slots, done=[], cascade=cascade, outside=outside)
     taken = set(models.CronExecution.objects.filter(
         task_code=job.code, slot__in=slots,
         status__in=[enums.Status.SUCCEEDED, enums.Status.PENDING, enums.Status.RUNNING, enums.Status.RETRYING],
     ).values_list("slot", flat=True))
-    return Plan(slots=[slot for slot in slots if slot not in taken], done=sorted(taken), cascade=cascade)
+    return Plan(slots=[slot for slot in slots if slot not in taken], done=sorted(taken), cascade=cascade,
+                outside=outside)
 
 
 def record(job: registry.Job, planned: Plan) -> list[dispatch.ToPublish]:

@@ -45,6 +45,7 @@ from cron_celery import (
     health,
     leadership,
     locks,
+    oneoffs,
     outcomes,
     repairs,
     schedule_problems,
@@ -186,7 +187,7 @@ class Leadership:
         self.leading = False
 
 
-PlanKey = tuple[str, str, dt.datetime, str, int]
+PlanKey = tuple[str, str, dt.datetime, str, int, dt.datetime | None, dt.datetime | None]
 
 
 
@@ -223,15 +224,25 @@ def plan(row: dispatch.DueJob, now: dt.datetime, plans: dict[PlanKey, schedules.
     timezone, like every other writer's (``schedules.execution_date``).
 
     A job with jitter is planned as of ``now`` minus its offset: a slot is due once its offset
-    has passed, and it is late (catch-up) only if it is late by more than its grace after that."""
-    key = (row.schedule, row.timezone, row.next_run_at, row.catch_up, row.jitter_ms)
+    has passed, and it is late (catch-up) only if it is late by more than its grace after that.
+
+    A job with an active window plans only the slots inside it: none before ``active_from`` (the
+    first is the window's first slot) and none at or after ``active_until``; those outside are
+    neither run nor recorded MISSED. A job whose periodic task is ``one_off`` runs one slot (the
+    newest due) and its decision is its last (``Decision.last``)."""
+    key = (row.schedule, row.timezone, row.next_run_at, row.catch_up, row.jitter_ms, row.active_from,
+           row.active_until)
     if key not in plans:
         try:
             if (row.schedule, row.timezone) not in parsed:
                 parsed[(row.schedule, row.timezone)] = schedules.parse_expression(row.schedule, row.timezone)
+            schedule = parsed[(row.schedule, row.timezone)]
             as_of = now - dt.timedelta(milliseconds=row.jitter_ms)
-            plans[key] = schedules.plan_catch_up(parsed[(row.schedule, row.timezone)], row.next_run_at, as_of,
-                                                 row.catch_up, limit=conf.settings.CATCH_UP_LIMIT)
+            first = row.next_run_at
+            if row.active_from is not None and first < row.active_from:  # slots before the window: never
+                first = schedule.next_after(row.active_from - dt.timedelta(microseconds=1))
+            plans[key] = schedules.plan_catch_up(schedule, first, as_of, row.catch_up,
+                                                 limit=conf.settings.CATCH_UP_LIMIT, end=row.active_until)
         except Exception as error:  # one job's bad row must not stop the batch
             logger.error("cron job %s: its schedule %r (%s) cannot be planned: %s", row.name, row.schedule,
                          row.timezone, error)
@@ -249,8 +260,11 @@ def plan(row: dispatch.DueJob, now: dt.datetime, plans: dict[PlanKey, schedules.
     if planned.unrecorded_before is not None:
         logger.warning("cron job %s: down since %s; slots before %s are not recorded as MISSED",
                        row.name, schedules.iso(row.next_run_at), schedules.iso(planned.unrecorded_before))
+    run, missed, last = planned.run, planned.missed, False
+    if row.one_off and run:  # django-celery-beat's one_off: this slot, and no other, then disabled
+        run, missed, last = run[-1:], [], True
     return dispatch.Decision(job_id=row.job_id, expected_next_run_at=row.next_run_at, next_run_at=planned.next_run_at,
-                             run=planned.run, missed=planned.missed, tz=tz, jitter_ms=row.jitter_ms)
+                             run=run, missed=missed, tz=tz, jitter_ms=row.jitter_ms, last=last)
 
 
 def unplannable(row: dispatch.DueJob) -> str:
@@ -331,6 +345,7 @@ class Scheduler(DatabaseScheduler):  # type: ignore[misc]
             if next_at is None or next_at > now:
                 ahead = (next_at - now).total_seconds() if next_at is not None else self.tick_seconds
                 return min(self.tick_seconds, ahead)
+            self.published += self.send_one_offs(now)
             due = dispatch.due_jobs(now, limit=conf.settings.BEAT_BATCH)
             plans: dict[PlanKey, schedules.CatchUpPlan | None] = {}
             problems: dict[int, str] = {}
@@ -383,6 +398,27 @@ class Scheduler(DatabaseScheduler):  # type: ignore[misc]
             logger.exception("could not publish all of %d executions; those not sent stay PENDING",
                              len(to_publish))
             return 0
+        return sent
+
+    def send_one_offs(self, now: dt.datetime) -> int:
+        """Take the one-off runs due by ``now`` (each once, whichever beat asks) and send them. One
+        whose message the broker refuses keeps its task id and stays PENDING: the reconciler sends
+        it after ``PENDING_GRACE``, as any PENDING execution no worker started."""
+        taken = oneoffs.take_due(now, conf.settings.BEAT_BATCH)
+        sent = 0
+        try:
+            with self.app.producer_or_acquire() as producer:
+                for due in taken:
+                    tasks.publish(self.app, due.task, tasks.headers(due.execution_id, due.slot, oneoffs.ONE_OFF,
+                                                                     force=due.force),
+                                  task_id=due.celery_task_id, producer=producer)
+                    logger.info("cron_celery beat: one-off run %s (execution %d) sent", schedules.iso(due.slot),
+                                due.execution_id)
+                    sent += 1
+        except Exception:
+            logger.exception("could not send all of %d one-off runs; those not sent stay PENDING", len(taken))
+        if sent:
+            self.uncounted.update(due.job_id for due in taken[:sent])
         return sent
 
     def heartbeat(self, leading: bool) -> None:

@@ -49,11 +49,11 @@ GIVE_UP = "GIVE_UP"
 
 
 #: Triggers whose executions wait for a live run of their overlap-``skip`` job instead of
-#: being skipped: slots a person, the catch-up policy or an upstream job asked for. Only a
-#: regular beat slot (``BEAT``) that meets a live run is skipped; and not for ``rate_limited``
-#: jobs, whose extra calls are skipped.
+#: being skipped: slots a person (a one-off run recorded ahead too), the catch-up policy or an
+#: upstream job asked for. Only a regular beat slot (``BEAT``) that meets a live run is skipped;
+#: and not for ``rate_limited`` jobs, whose extra calls are skipped.
 BUFFERED_TRIGGERS = frozenset({enums.Trigger.BACKFILL, enums.Trigger.CATCH_UP, enums.Trigger.ENQUEUE,
-                               enums.Trigger.ADMIN, enums.Trigger.UPSTREAM})
+                               enums.Trigger.ADMIN, enums.Trigger.UPSTREAM, enums.Trigger.ONE_OFF})
 
 
 class JobRowMissing(LookupError):

@@ -66,6 +66,21 @@ def when_stacked(moment: Any) -> SafeString:
                        f"{utc:%Y-%m-%d}", utc.strftime("%H:%M:%S UTC" if utc.second else "%H:%M UTC"))
 
 
+def next_run(job: models.CronJob, one_off: dt.datetime | None, now: dt.datetime) -> SafeString:
+    """The dashboard's "next" cell: the next slot, or a one-off run when it comes first, and the
+    job's window when it matters (not open yet, or ended: no more slots)."""
+    slot = job.next_run_at
+    ended = slot is not None and job.active_until is not None and slot >= job.active_until
+    if one_off is not None and (slot is None or ended or one_off < slot):
+        return format_html('<small class="cron-quiet">one-off</small><br>{}', when_stacked(one_off))
+    if ended:
+        assert job.active_until is not None
+        return format_html('<small class="cron-quiet">window ended</small><br>{}', when_stacked(job.active_until))
+    if slot is not None and job.active_from is not None and job.active_from > now:
+        return format_html('{}<br><small class="cron-quiet">window opens then</small>', when_stacked(slot))
+    return when_stacked(slot)
+
+
 #: A job with at most this many ended executions in the week gets its figures from its rows.
 EXACT_UP_TO = 250
 #: Duration buckets a doubling, from one millisecond (the rollup trigger's, migration 0013).
@@ -94,6 +109,10 @@ def with_figures(queryset: QuerySet[models.CronJob]) -> QuerySet[models.CronJob]
             f"FROM (SELECT coalesce(sum(ended), 0) AS ended, coalesce(sum(finished), 0) AS finished, "
             f"coalesce(sum(succeeded), 0) AS succeeded FROM {hours} WHERE job_id = {JOB}.id "
             f"AND hour >= date_trunc('hour', now() - interval '7 days', 'UTC')) AS r", []),
+        # The earliest one-off run not sent yet (the "next" column says it when it comes first).
+        next_one_off=RawSQL(
+            f"SELECT min(due_at) FROM {EXE} WHERE job_id = {JOB}.id AND status = 'PENDING' AND trigger = 'ONE_OFF' "
+            f"AND celery_task_id = ''", []),
         recent=RawSQL(
             f"SELECT coalesce(json_agg(json_build_array(status, extract(epoch FROM ended - started)) "
             f"ORDER BY slot, run_number), '[]') FROM (SELECT status, started, ended, slot, run_number FROM {EXE} "

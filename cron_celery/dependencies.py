@@ -13,6 +13,10 @@ execution, under the downstream job's row lock, and
   missed, inserts it SKIPPED (``UPSTREAM``, naming that execution), which decides the jobs after
   it in turn.
 
+The skips a write decided are found again by ``skipped_below`` (by ``upstream_execution_id``, down
+the chain), so that ``outcomes`` hands each to the listeners in that write's transaction (the
+alert of a job declared with ``alert_on_upstream=True``) and announces it after the commit.
+
 One decision per downstream slot: an execution of it that exists already is left alone, except
 that the success of a re-run sent with ``--cascade`` runs the downstream slot again (and
 cascades further). A duplicate's skip (``ALREADY_RAN``, ``ALREADY_RUNNING``) decides nothing:
@@ -99,6 +103,66 @@ def created_by(upstream_ids: list[int]) -> list[ToSend]:
         )
         return [ToSend(execution_id=int(row[0]), slot=row[1], celery_task_id=str(row[2] or ""), task_name=str(row[3]))
                 for row in cursor.fetchall()]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Skipped:
+    """A downstream execution the database wrote SKIPPED (``UPSTREAM``) in the write that ended an
+    upstream execution, or below it down the chain."""
+
+    execution_id: int
+    job_id: int
+    code: str  # the downstream job's
+    slot: dt.datetime
+    message: str  # names the upstream execution it was skipped for
+    upstream_status: str  # how the execution whose write decided it ended (the top of the chain)
+
+
+def skipped_below(execution_ids: list[int], *, written_now: bool = False) -> list[Skipped]:
+    """The downstream executions that these ended executions had skipped, down the chain, in the
+    order they were written. ``written_now``: only those written in the current transaction (a late
+    decision, ``undecided``: the upstream's other downstream slots were decided when it ended)."""
+    roots = f"SELECT id, job_id, slot, status FROM {EXE} WHERE id = ANY(%(ids)s)"
+    return _below(roots, execution_ids, written_now=written_now)
+
+
+def skipped_below_missed(newest_ids: list[int]) -> list[Skipped]:
+    """``skipped_below`` for slots recorded MISSED in bulk (``dispatch.dispatch_many``), named by the
+    newest MISSED execution of each job (``repairs.newest_missed``): its job's MISSED executions
+    written in the same statement, which share its ``created_at`` (their transaction's start)."""
+    roots = (f"SELECT m.id, m.job_id, m.slot, m.status FROM {EXE} AS n JOIN {EXE} AS m ON m.job_id = n.job_id"
+             f" AND m.status = 'MISSED' AND m.created_at = n.created_at WHERE n.id = ANY(%(ids)s)")
+    return _below(roots, newest_ids, written_now=False)
+
+
+def _step(above: str) -> str:
+    """From the executions ``above`` to the skips they decided: edge by edge, through the (job, slot,
+    run number) index, so it reads the slot's few rows, never the history."""
+    return (f"JOIN {DEP} AS d ON d.upstream_id = {above}.job_id"
+            f" JOIN {EXE} AS e ON e.job_id = d.downstream_id AND e.slot = {above}.slot"
+            f" AND e.upstream_execution_id = {above}.id"
+            " WHERE e.status = 'SKIPPED' AND e.skip_reason = 'UPSTREAM'")
+
+
+def _below(roots: str, ids: list[int], *, written_now: bool) -> list[Skipped]:
+    fresh = " AND e.created_at = now()" if written_now else ""  # now(): the transaction's start
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            WITH RECURSIVE roots AS ({roots}),
+            below(id, job_id, slot, upstream_status) AS (
+                SELECT e.id, e.job_id, e.slot, r.status FROM roots AS r {_step("r")}{fresh}
+                UNION ALL
+                SELECT e.id, e.job_id, e.slot, b.upstream_status FROM below AS b {_step("b")}
+            )
+            SELECT b.id, b.job_id, j.code, b.slot, e.message, b.upstream_status
+            FROM below AS b JOIN {EXE} AS e ON e.id = b.id JOIN {JOB} AS j ON j.id = b.job_id
+            ORDER BY b.id
+            """,
+            {"ids": ids},
+        )
+        return [Skipped(execution_id=int(row[0]), job_id=int(row[1]), code=str(row[2]), slot=row[3],
+                        message=str(row[4]), upstream_status=str(row[5])) for row in cursor.fetchall()]
 
 
 def undecided(batch: int, grace: float, horizon_hours: float = 1) -> list[int]:

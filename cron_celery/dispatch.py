@@ -7,6 +7,7 @@ schedulers decide; and the PENDING executions a person enqueues.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import uuid
@@ -15,7 +16,7 @@ from typing import Any
 from django.db import connection, transaction
 from django_celery_beat.models import PeriodicTask
 
-from cron_celery import enums, executions, registry
+from cron_celery import enums, executions, oneoffs, registry
 
 S = enums.Status
 JOB = executions.JOB
@@ -127,6 +128,7 @@ class Decision:
     missed: list[dt.datetime]  # MISSED rows
     tz: dt.tzinfo  # for each slot's execution date
     jitter_ms: int = 0  # the job's dispatch offset: each slot's row records slot + this as when it was due
+    last: bool = False  # the periodic task's one_off: once this is recorded the task is disabled (the job paused)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -177,7 +179,12 @@ def dispatch_many(
             slot_rows.append((decision.job_id, slot, slot.astimezone(decision.tz).date(), S.MISSED, trigger, "",
                               slot + offset))
     columns: list[list[Any]] = [list(column) for column in zip(*slot_rows, strict=True)] or [[] for _ in range(7)]
-    with connection.cursor() as cursor:
+    lasts = [d.job_id for d in decisions if d.last]
+    with transaction.atomic() if lasts else contextlib.nullcontext(), connection.cursor() as cursor:
+        if lasts:  # the periodic tasks first, as an admin's save locks them: then the job rows
+            cursor.execute(
+                f"SELECT task.id FROM {PERIODIC_TASK} AS task JOIN {JOB} AS job ON job.periodic_task_id = task.id"
+                " WHERE job.id = ANY(%s) ORDER BY task.id FOR UPDATE OF task", [lasts])
         cursor.execute(
             f"""
             WITH decided AS (
@@ -213,7 +220,14 @@ def dispatch_many(
              S.MISSED, S.MISSED, S.MISSED, "Missed: the scheduler did not dispatch this slot in time."],
         )
         rows = cursor.fetchall()
-    advanced = {int(row[1]) for row in rows if row[0] == "job"}
+        advanced = {int(row[1]) for row in rows if row[0] == "job"}
+        if lasts:  # one_off, as django-celery-beat has it: sent once, then disabled (its trigger pauses the job),
+            ended = [job_id for job_id in lasts if job_id in advanced]  # so that last slot runs past the pause
+            cursor.execute(f"UPDATE {EXE} SET force = true WHERE id = ANY(%s)",
+                           [[row[1] for row in rows if row[0] == "exe" and row[2] in ended]])
+            cursor.execute(
+                f"UPDATE {PERIODIC_TASK} AS task SET enabled = false FROM {JOB} AS job"
+                " WHERE job.id = ANY(%s) AND task.id = job.periodic_task_id AND task.enabled", [ended])
     publish: list[ToPublish] = []
     missed = 0
     for kind, execution_id, job_id, slot, state, celery_task_id in rows:
@@ -294,6 +308,9 @@ class DueJob:
     catch_up: str
     job_timezone: str  # the job's: what its slots' execution dates are read in
     jitter_ms: int = 0  # its slots are sent this long after them (``due_at`` = next_run_at + it)
+    active_from: dt.datetime | None = None  # its window in effect: no slot before it, none at or after the end
+    active_until: dt.datetime | None = None
+    one_off: bool = False  # its periodic task's one_off: the next slot sent is the last
 
 
 def due_jobs(now: dt.datetime, limit: int = 1000, among: list[int] | None = None,
@@ -308,7 +325,7 @@ def due_jobs(now: dt.datetime, limit: int = 1000, among: list[int] | None = None
         cursor.execute(
             f"""
             SELECT id, next_run_at, task, name, schedule, coalesce(nullif(schedule_timezone, ''), timezone),
-                   catch_up, timezone, jitter_ms
+                   catch_up, timezone, jitter_ms, active_from, active_until, one_off
             FROM {JOB}
             WHERE due_at <= %s AND NOT paused {only}
             ORDER BY due_at LIMIT %s
@@ -316,12 +333,14 @@ def due_jobs(now: dt.datetime, limit: int = 1000, among: list[int] | None = None
             [now, limit] if among is None else [now, among, limit],
         )
         return [DueJob(job_id=int(row[0]), next_run_at=row[1], task=row[2], name=row[3], schedule=row[4],
-                       timezone=row[5], catch_up=row[6], job_timezone=row[7], jitter_ms=int(row[8]))
+                       timezone=row[5], catch_up=row[6], job_timezone=row[7], jitter_ms=int(row[8]),
+                       active_from=row[9], active_until=row[10], one_off=bool(row[11]))
                 for row in cursor.fetchall()]
 
 
 def next_due() -> tuple[dt.datetime | None, bool, dt.datetime]:
-    """The idle tick's one query: the earliest ``due_at`` (next slot plus jitter) of an unpaused job, whether
+    """The idle tick's one query: the earliest ``due_at`` (next slot plus jitter) of an unpaused job
+    or of a one-off run not sent yet (``oneoffs``), whether
     any schedule was edited, and the database's clock (what "is it due" is decided by, so a
     beat whose own clock is off dispatches nothing early or late). Both lookups use an index
     (``due_at``, and the partial index of edited jobs: written as a scalar subquery, not
@@ -329,8 +348,8 @@ def next_due() -> tuple[dt.datetime | None, bool, dt.datetime]:
     with connection.cursor() as cursor:
         cursor.execute(
             f"""
-            SELECT (SELECT due_at FROM {JOB} WHERE due_at IS NOT NULL AND NOT paused
-                    ORDER BY due_at LIMIT 1),
+            SELECT least((SELECT due_at FROM {JOB} WHERE due_at IS NOT NULL AND NOT paused
+                          ORDER BY due_at LIMIT 1), {oneoffs.earliest()}),
                    (SELECT id FROM {JOB} WHERE schedule_version <> schedule_seen ORDER BY id LIMIT 1) IS NOT NULL,
                    clock_timestamp()
             """

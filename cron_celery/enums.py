@@ -63,6 +63,7 @@ class Event(Choices):
     MISSED = "MISSED", "Missed"  # slots that will not run (no beat, or undelivered)
     RECOVERED = "RECOVERED", "Recovered"  # the first success after an alerted incident
     SUCCEEDED = "SUCCEEDED", "Succeeded"  # every success, for channels that want it
+    UPSTREAM = "UPSTREAM", "Upstream failed"  # a slot skipped for an upstream's failure (alert_on_upstream=True)
 
 
 class AlertStatus(Choices):
@@ -80,6 +81,7 @@ class Trigger(Choices):
     CATCH_UP = "CATCH_UP", "Catch-up"  # a missed slot run after scheduler downtime
     BACKFILL = "BACKFILL", "Backfill"  # a past slot run on purpose
     UPSTREAM = "UPSTREAM", "Upstream"  # a job declared with after=: its upstream jobs' slot succeeded
+    ONE_OFF = "ONE_OFF", "One-off"  # recorded ahead for a given time (--schedule, admin, API); sent by the beat then
 
 
 class SkipReason(Choices):
@@ -90,6 +92,7 @@ class SkipReason(Choices):
     LOCK_UNAVAILABLE = "LOCK_UNAVAILABLE", "Lock unavailable"  # another server holds the lock
     CONCURRENCY = "CONCURRENCY", "Concurrency limit"  # the job (max_concurrency) or its concurrency group is full
     UPSTREAM = "UPSTREAM", "Upstream did not succeed"  # an upstream job's execution of the slot failed or was skipped
+    CANCELLED = "CANCELLED", "Cancelled"  # a one-off run cancelled before it was sent
 
 
 class ExecutionPattern(Choices):

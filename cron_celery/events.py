@@ -59,6 +59,9 @@ class Ended:
     ``counted``: the write that ended it already counted the job's failure (every writer but
     the worker's own final write, which records first and counts in the same statement).
     ``recovered``: the job's first success after one or more failures.
+    ``upstream_status``: a downstream slot (``after=``) that the database skipped (``UPSTREAM``) in
+    the write that ended an upstream execution: the status that execution ended with (through a
+    chain, the one whose write decided it: FAILED, LOST, REVOKED, SKIPPED, MISSED...); '' otherwise.
     """
 
     job: Job | None
@@ -72,6 +75,7 @@ class Ended:
     counted: bool = True
     lost_attempt: bool = False
     recovered: bool = False
+    upstream_status: str = ""
 
 
 class Listener:

@@ -34,6 +34,10 @@ class InvalidSlot(CronCeleryError):
     """Cannot read {value!r} as a slot:"""
 
 
+class OneOffRefused(CronCeleryError):
+    """No one-off run of job {job!r} at {at}:"""
+
+
 class LockUnavailable(CronCeleryError):
     """The lock {name!r} is held elsewhere; try again later (or pass blocking=True)."""
 

@@ -2,7 +2,7 @@
 
 Healthy means: a beat leads and was seen within ``HEALTH["BEAT_STALE_SECONDS"]`` (only
 required when some job has a schedule), and no unpaused job's next slot is more than
-``HEALTH["OVERDUE_SECONDS"]`` late. Each check is one indexed query.
+``HEALTH["OVERDUE_SECONDS"]`` late, nor any one-off run not sent yet. Each check is one indexed query.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from django.utils import timezone
 from cron_celery import conf, models
 
 JOB = models.CronJob._meta.db_table
+EXE = models.CronExecution._meta.db_table
 BEAT = models.BeatHeartbeat._meta.db_table  # its column "leading" is a reserved word in SQL: always quoted
 #: Most overdue jobs named in a report.
 OVERDUE_SHOWN = 50
@@ -98,6 +99,19 @@ def check() -> Report:
         )
         overdue = [{"job": name, "code": code, "next_slot": slot.isoformat(), "late_seconds": round(float(behind), 1)}
                    for name, code, slot, behind in cursor.fetchall()]
+        # One-off runs a beat should have sent by now (their own partial index; see ``oneoffs``).
+        cursor.execute(
+            f"""
+            SELECT job.name, job.code, e.due_at, extract(epoch FROM now() - e.due_at), e.id
+            FROM {EXE} AS e JOIN {JOB} AS job ON job.id = e.job_id
+            WHERE e.trigger = 'ONE_OFF' AND e.status = 'PENDING' AND e.celery_task_id = ''
+              AND e.due_at < now() - make_interval(secs => %s)
+            ORDER BY e.due_at LIMIT %s
+            """,
+            [late, OVERDUE_SHOWN],
+        )
+        overdue += [{"job": name, "code": code, "next_slot": at.isoformat(), "late_seconds": round(float(behind), 1),
+                     "one_off": int(execution_id)} for name, code, at, behind, execution_id in cursor.fetchall()]
     beat = None
     if identity is not None:
         beat = {"identity": identity, "seen_at": seen_at.isoformat(), "age_seconds": round(float(age), 1)}
@@ -105,7 +119,10 @@ def check() -> Report:
         reasons.append("no beat is leading: start `celery beat -S cron_celery.beat.Scheduler`")
     elif scheduled and beat is not None and float(age) > stale:
         reasons.append(f"the leading beat {identity} was last seen {float(age):.0f} s ago (limit {stale:g} s)")
+    if overdue and beat is None and not scheduled:
+        reasons.append("no beat is leading: start `celery beat -S cron_celery.beat.Scheduler`")
     for item in overdue:
-        reasons.append(f"job {item['job']} ({item['code']}) is {item['late_seconds']:.0f} s late for its slot "
+        what = f"one-off run (execution {item['one_off']})" if "one_off" in item else "slot"
+        reasons.append(f"job {item['job']} ({item['code']}) is {item['late_seconds']:.0f} s late for its {what} "
                        f"{item['next_slot']} (limit {late:g} s)")
     return Report(ok=not reasons, reasons=reasons, beat=beat, overdue=overdue, checked_at=now or timezone.now())

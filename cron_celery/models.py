@@ -83,6 +83,17 @@ class CronJob(models.Model):
         null=True, blank=True, editable=False, db_index=True,
         help_text="When the next slot is sent: next_run_at + jitter (UTC)",
     )
+    # The active window in effect (migration 0018): copied from the periodic task's start_time and
+    # expires (written there from the code's active_from / active_until, editable in the admin).
+    active_from = models.DateTimeField(
+        null=True, blank=True, help_text="No slot before this is dispatched or recorded (UTC); empty = no start",
+    )
+    active_until = models.DateTimeField(
+        null=True, blank=True, help_text="No slot at or after this is dispatched or recorded (UTC); empty = no end",
+    )
+    one_off = models.BooleanField(
+        db_default=False, help_text="The periodic task's one_off: after one slot is sent, the job is paused",
+    )
     alert_repeat = models.IntegerField(
         null=True, blank=True, help_text="Seconds between repeated alerts of one incident; empty = once"
     )
@@ -187,6 +198,9 @@ class CronExecution(models.Model):
             ),
             models.Index(fields=["completed"], name="cron_exec_completed"),
             models.Index(fields=["job", "status"], name="cron_exec_job_status"),
+            # One-off runs recorded ahead and not sent yet: what the beat's idle tick looks for.
+            models.Index(fields=["due_at"], name="cron_exec_one_off_due",
+                         condition=models.Q(trigger="ONE_OFF", status="PENDING", celery_task_id="")),
         ]
 
     def __str__(self) -> str:

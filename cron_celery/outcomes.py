@@ -9,19 +9,28 @@ treatment:
 2. after the commit, the announcement (``events.ended``): the Django signals and Sentry's
    final check-in, neither of which can change what was recorded.
 
+An execution that did not succeed may end a chain (``after=``): the database skips the downstream
+slots in the same write (``dependencies``). Right after that write, in its transaction, each of
+those skips is handed to the listeners as an outcome of its own (SKIPPED, ``UPSTREAM``, with the
+status that stopped the chain: ``events.Ended.upstream_status``), so a job declared with
+``alert_on_upstream=True`` alerts with it, and each is announced after the commit. Only an
+execution of a job that a declared job runs after asks (``registry.has_downstream``): a plain
+job's outcome costs no statement more.
+
 The run's start is announced here too (``started``). The listeners are subscribed at app
 start; this module knows none of them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 from typing import Any
 
 from django.db import transaction
 
-from cron_celery import enums, events, finishes, jobs, registry, repairs
+from cron_celery import dependencies, enums, events, exceptions, finishes, jobs, oneoffs, registry, repairs
 
 S = enums.Status
 
@@ -40,17 +49,21 @@ def finish(job: registry.Job, job_id: int, execution_id: int, slot: dt.datetime,
               "history": history}
     event = events.Ended(job=job, job_id=job_id, execution_id=execution_id, slot=slot, status=status,
                          error_code=error_code, message=message, counted=False)
-    if events.records(event):
+    below: list[events.Ended] = []
+    if events.records(event) or _may_skip_below(job, status):
         with transaction.atomic():
             events.record(event)  # before the write: what it reads is the job as it was
             before = finishes.finish_counting(**kwargs)
             if before is None:
                 transaction.set_rollback(True)
+            else:
+                below = _record_all(_skipped_below(job, execution_id, status))
     else:
         before = finishes.finish_counting(**kwargs)
     if before is None:
         return False
     events.ended(dataclasses.replace(event, recovered=status == S.SUCCEEDED and before > 0))
+    _announce_all(below)
     return True
 
 
@@ -58,6 +71,7 @@ def dead(job: registry.Job | None, **kwargs: Any) -> repairs.Ended | None:
     """``repairs.end_dead_attempts``, recorded by the listeners when final or when its worker was
     lost (a lost worker is news even when the execution is retried), then announced when final."""
     status = str(kwargs["status"])
+    below: list[events.Ended] = []
     with transaction.atomic():
         ended = repairs.end_dead_attempts(**kwargs)
         if ended is not None:
@@ -67,8 +81,11 @@ def dead(job: registry.Job | None, **kwargs: Any) -> repairs.Ended | None:
                                  lost_attempt=ended.status == S.RETRYING and status == S.LOST)
             if event.final or event.lost_attempt:
                 events.record(event)
+            if event.final:
+                below = _record_all(_skipped_below(job, ended.execution_id, status))
     if ended is not None and ended.status != S.RETRYING:
         events.ended(event)
+        _announce_all(below)
     return ended
 
 
@@ -77,37 +94,50 @@ def unstarted(job: registry.Job | None, *, job_id: int, execution_id: int, slot:
     """``repairs.close_unstarted`` (MISSED or LOST), recorded and announced."""
     event = events.Ended(job=job, job_id=job_id, execution_id=execution_id, slot=slot, status=status,
                          error_code=error_code, message=message)
+    below: list[events.Ended] = []
     with transaction.atomic():
         closed = repairs.close_unstarted(job_id=job_id, execution_id=execution_id, status=status,
                                          error_code=error_code, message=message, running_too=running_too)
         if closed:
             events.record(event)
+            below = _record_all(_skipped_below(job, execution_id, status))
     if closed:
         events.ended(event)
+        _announce_all(below)
     return closed
 
 
 def given_up(job: registry.Job | None, *, job_id: int, execution_id: int, note: str) -> finishes.GivenUp | None:
     """``finishes.give_up`` (an attempted execution that reached a paused job): it ends with its
     own failure, counted, recorded and announced like any final failure."""
+    below: list[events.Ended] = []
     with transaction.atomic():
         ended = finishes.give_up(job_id=job_id, execution_id=execution_id, note=note)
         if ended is not None:
             event = events.Ended(job=job, job_id=job_id, execution_id=execution_id, slot=ended.slot,
                                  status=ended.status, error_code=ended.error_code, message=ended.message)
             events.record(event)
+            below = _record_all(_skipped_below(job, execution_id, ended.status))
     if ended is not None:
         events.ended(event)
+        _announce_all(below)
     return ended
 
 
 def revoked(job: registry.Job | None, **kwargs: Any) -> finishes.Revoked | None:
     """``finishes.revoke``, announced. A revoked run is recorded by nobody else (no alert):
-    somebody stopped it on purpose, and the history shows it."""
-    ended = finishes.revoke(**kwargs)
+    somebody stopped it on purpose, and the history shows it. The downstream slots it skipped are
+    announced even when it had not started."""
+    below: list[events.Ended] = []
+    with transaction.atomic() if _may_skip_below(job, S.REVOKED) else contextlib.nullcontext():
+        ended = finishes.revoke(**kwargs)
+        if ended is not None:
+            below = _record_all(_skipped_below(job, ended.execution_id, S.REVOKED))
     if ended is not None and ended.started:
-        announce(job, int(kwargs["job_id"]), ended.execution_id, ended.slot, S.REVOKED, "REVOKED",
-                 str(kwargs.get("message", "")))
+        events.ended(events.Ended(job=job, job_id=int(kwargs["job_id"]), execution_id=ended.execution_id,
+                                  slot=ended.slot, status=S.REVOKED, error_code="REVOKED",
+                                  message=str(kwargs.get("message", ""))))
+    _announce_all(below)
     return ended
 
 
@@ -127,14 +157,90 @@ def missed(rows: list[tuple[int, int, dt.datetime]]) -> int:
             with transaction.atomic():
                 events.record(event)
             recorded += 1
+        # The downstream slots of all the job's slots written MISSED with this one (committed already).
+        _announce_all(_record_all(_skipped_below(job, execution_id, S.MISSED, missed=True)))
     return recorded
+
+
+def decided_late(batch: int, grace: float) -> list[int]:
+    """``dependencies.undecided`` (a reconciler pass): upstream executions whose downstream slots
+    had no decision are decided now, with what the listeners record of the skips that writes, in
+    its transaction; the skips are announced after the commit. Returns the ids of the upstream
+    executions that decided something (those that succeeded have downstream executions to send)."""
+    below: list[events.Ended] = []
+    with transaction.atomic():
+        decided = dependencies.undecided(batch, grace)
+        if decided:
+            below = _record_all(_as_events(dependencies.skipped_below(decided, written_now=True)))
+    _announce_all(below)
+    return decided
+
+
+def cancelled(execution_ids: list[int], by: str) -> list[oneoffs.Cancelled]:
+    """``oneoffs.cancel``: those of these one-off runs not sent yet become SKIPPED (CANCELLED),
+    announced as skips (no alert: a person cancelled them). Returns the cancelled ones."""
+    done = oneoffs.cancel(execution_ids, by)
+    for item in done:
+        announce(jobs.job_for_row(item.job_id), item.job_id, item.execution_id, item.slot, S.SKIPPED,
+                 enums.SkipReason.CANCELLED, item.message)
+    return done
 
 
 def announce(job: registry.Job | None, job_id: int, execution_id: int, slot: dt.datetime, status: str,
              error_code: str, message: str) -> None:
     """After the commit of an outcome written elsewhere (a skip at the claim; a final write whose
-    answer was lost with the connection): the announcement alone."""
+    answer was lost with the connection): the announcement alone, and that of the downstream slots
+    the write skipped (what the listeners record of those was recorded with it by ``finish``)."""
     events.ended(events.Ended(job=job, job_id=job_id, execution_id=execution_id, slot=slot, status=status,
                               error_code=error_code, message=message))
+    if not (status == S.SKIPPED and error_code in _DECIDES_NOTHING):
+        _announce_all(_skipped_below(job, execution_id, status))
+
+
+#: A duplicate delivery's skip decides no downstream slot (the database's rule, ``dependencies``).
+_DECIDES_NOTHING = frozenset({enums.SkipReason.ALREADY_RAN, enums.SkipReason.ALREADY_RUNNING})
+
+
+def _may_skip_below(job: registry.Job | None, status: str) -> bool:
+    """Whether an execution that ended ``status`` may have skipped downstream slots: not a success,
+    of a job that a job declared here runs after (or of a job this process does not know)."""
+    return status != S.SUCCEEDED and (job is None or registry.has_downstream(job.name))
+
+
+def _skipped_below(job: registry.Job | None, execution_id: int, status: str, *,
+                   missed: bool = False) -> list[events.Ended]:
+    """The downstream slots that the write ending this execution skipped (down the chain), as
+    outcomes of their own; no statement when ``_may_skip_below`` says there can be none.
+    ``missed``: the execution names the job's slots written MISSED in one statement."""
+    if not _may_skip_below(job, status):
+        return []
+    if missed:
+        return _as_events(dependencies.skipped_below_missed([execution_id]))
+    return _as_events(dependencies.skipped_below([execution_id]))
+
+
+def _as_events(skipped: list[dependencies.Skipped]) -> list[events.Ended]:
+    return [events.Ended(job=_declared(item.code), job_id=item.job_id, execution_id=item.execution_id,
+                         slot=item.slot, status=S.SKIPPED, error_code=enums.SkipReason.UPSTREAM,
+                         message=item.message, upstream_status=item.upstream_status) for item in skipped]
+
+
+def _declared(code: str) -> registry.Job | None:
+    try:
+        return registry.get(code)
+    except exceptions.UnknownJob:
+        return None
+
+
+def _record_all(below: list[events.Ended]) -> list[events.Ended]:
+    """What the listeners record of each (inside the transaction of the write that skipped them)."""
+    for event in below:
+        events.record(event)
+    return below
+
+
+def _announce_all(below: list[events.Ended]) -> None:
+    for event in below:
+        events.ended(event)
 
 

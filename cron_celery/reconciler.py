@@ -18,7 +18,8 @@ A pass has four steps, each bounded by ``RECONCILE["BATCH"]`` rows:
    **Undecided downstream slots.** An upstream execution (``after=``) that ended in the last
    hour, at least ``PENDING_GRACE`` ago, while its downstream job's row existed, whose
    downstream slot has no execution (the edge was written after it ended: a deploy that
-   declared the dependency) is decided now, as its final write would have (``dependencies``).
+   declared the dependency) is decided now, as its final write would have (``dependencies``), the
+   skips it writes recorded and announced like any (``outcomes.decided_late``).
 
 4. **Undelivered alerts.** Alert rows still PENDING ``PENDING_GRACE`` seconds after their
    last delivery attempt (the delivery task was lost) are queued again.
@@ -138,7 +139,7 @@ def run_pass(now: dt.datetime | None = None) -> Report:
 
 
 def _downstream(report: Report, options: dict[str, Any]) -> None:
-    decided = dependencies.undecided(int(options["BATCH"]), float(options["PENDING_GRACE"]))
+    decided = outcomes.decided_late(int(options["BATCH"]), float(options["PENDING_GRACE"]))
     report.downstream += len(decided)
     for execution_id in decided:
         tasks.send_downstream(current_app, execution_id)
@@ -272,7 +273,7 @@ def _undispatched(report: Report, now: dt.datetime, options: dict[str, Any]) -> 
             continue
         # Record only what the policy will never run; beat dispatches the rest when it is back.
         keep = decision.run[0] if decision.run else decision.next_run_at
-        decisions.append(dataclasses.replace(decision, run=[], next_run_at=keep))
+        decisions.append(dataclasses.replace(decision, run=[], next_run_at=keep, last=False))
     if decisions:
         _advanced, _publish, missed = dispatch.dispatch_many(decisions)
         report.missed += missed

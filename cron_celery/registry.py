@@ -64,6 +64,13 @@ class Job:
     #: ``after=``: the names of the upstream jobs. Such a job has no schedule of its own: each of
     #: its slots runs once all its upstreams succeeded in it (see ``dependencies``).
     after: tuple[str, ...] = ()
+    #: A job declared with ``after=``: a slot skipped because an upstream failed (FAILED, TIMED_OUT,
+    #: LOST) alerts this job's failure channels too (event ``UPSTREAM``; see ``alerts``).
+    alert_on_upstream: bool = False
+    #: The active window (aware, UTC): no slot before ``active_from`` or at/after ``active_until`` is
+    #: dispatched or recorded. Written to the periodic task's ``start_time``/``expires``, editable there.
+    active_from: dt.datetime | None = None
+    active_until: dt.datetime | None = None
 
     @property
     def jitter_ms(self) -> int:
@@ -156,6 +163,9 @@ def declare(
     concurrency_group: object = None,
     jitter: object = None,
     after: object = None,
+    active_from: object = None,
+    active_until: object = None,
+    alert_on_upstream: object = False,
 ) -> Job:
     """Validate a declaration and build its ``Job``; raises ``ImproperlyDeclared``."""
     if not isinstance(name, str) or not NAME_RE.match(name):
@@ -222,8 +232,17 @@ def declare(
         raise exceptions.ImproperlyDeclared(
             "a job declared with after= has no schedule of its own (its slots are its upstream jobs'): "
             "drop schedule= or after=.", job=name)
+    window = _window(name, active_from, active_until)
+    if window != (None, None) and (upstreams or parsed is None):
+        raise exceptions.ImproperlyDeclared(
+            "active_from/active_until limit a job's schedule, and this job has none of its own"
+            + (" (its slots are its upstream jobs': give them the window)." if upstreams else ": add schedule=."),
+            job=name)
     return Job(
+        active_from=window[0],
+        active_until=window[1],
         after=upstreams,
+        alert_on_upstream=_alert_on_upstream(name, alert_on_upstream, upstreams),
         jitter=_jitter(name, jitter, parsed),
         max_concurrency=None if concurrency is None else int(concurrency),
         concurrency_group=group,
@@ -263,6 +282,36 @@ def _number(
         bound = "greater than 0" if positive else "at least 0"
         raise exceptions.ImproperlyDeclared(f"{what} must be {kind} {bound}, not {value!r}.", job=job)
     return number
+
+
+def _moment(job: str, what: str, value: object) -> dt.datetime | None:
+    """An aware datetime option, in UTC; raises ``ImproperlyDeclared`` for anything else."""
+    if value is None:
+        return None
+    if not isinstance(value, dt.datetime) or value.tzinfo is None or value.utcoffset() is None:
+        raise exceptions.ImproperlyDeclared(
+            f"{what} must be an aware datetime (with a tzinfo, e.g. datetime(2027, 1, 1, "
+            f"tzinfo=ZoneInfo('Europe/Amsterdam'))), not {value!r}.", job=job)
+    return value.astimezone(dt.UTC)
+
+
+def _window(job: str, start: object, end: object) -> tuple[dt.datetime | None, dt.datetime | None]:
+    """``active_from`` and ``active_until``, checked: aware, and the end after the start."""
+    opens, closes = _moment(job, "active_from", start), _moment(job, "active_until", end)
+    if opens is not None and closes is not None and closes <= opens:
+        raise exceptions.ImproperlyDeclared(
+            f"active_until ({closes.isoformat()}) must be later than active_from ({opens.isoformat()}).", job=job)
+    return opens, closes
+
+
+def _alert_on_upstream(job: str, value: object, upstreams: tuple[str, ...]) -> bool:
+    if not isinstance(value, bool):
+        raise exceptions.ImproperlyDeclared(f"alert_on_upstream must be True or False, not {value!r}.", job=job)
+    if value and not upstreams:
+        raise exceptions.ImproperlyDeclared(
+            "alert_on_upstream is for a job declared with after= (it alerts when an upstream job's failure "
+            "skips a slot): add after= or drop alert_on_upstream.", job=job)
+    return value
 
 
 def _after(job: str, value: object) -> tuple[str, ...]:

@@ -171,7 +171,8 @@ def stranded(grace: float, batch: int) -> list[tuple[Any, ...]]:
                    e.created_at
             FROM {JOB} AS j CROSS JOIN LATERAL (
                 SELECT * FROM {EXE} WHERE job_id = j.id AND status IN ('PENDING', 'RETRYING')
-                  AND coalesce(lease_until, created_at) < now() - make_interval(secs => %s)) AS e
+                  AND coalesce(lease_until, created_at) < now() - make_interval(secs => %s)
+                  AND NOT (trigger = 'ONE_OFF' AND celery_task_id = '')) AS e  -- the beat's to send
             -- A waiting execution is stranded only once its job has room for a run (and its
             -- concurrency group, counted as groups counts it), and only the job's oldest one: it
             -- is the one that runs next.

@@ -77,7 +77,18 @@ def declaration_hash(job: registry.Job) -> str:
     """What the code says about when the job runs; a change makes the code win again."""
     assert job.schedule is not None
     text = f"{job.task_name}|{job.schedule.expression}|{job.schedule.timezone or job.timezone}"
+    if job.active_from is not None or job.active_until is not None:  # no window: the hash of before windows
+        text += f"|{_iso_or_none(job.active_from)}|{_iso_or_none(job.active_until)}"
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _iso_or_none(moment: dt.datetime | None) -> str:
+    return moment.isoformat() if moment is not None else "-"
+
+
+def _window_fields(job: registry.Job) -> dict[str, object]:
+    """The code's active window, in the periodic task's own columns (where the admin edits it)."""
+    return {"start_time": job.active_from, "expires": job.active_until}
 
 
 def task_name_for(job: registry.Job) -> str:
@@ -158,7 +169,7 @@ def _create_in_bulk(jobs: list[registry.Job], job_ids: dict[str, int]) -> bool:
         if job.schedule not in sentences:
             sentences[job.schedule] = str(job.schedule)
         tasks.append(PeriodicTask(name=task_name_for(job), task=job.task_name, enabled=True,
-                                  description=sentences[job.schedule], **rows[key]))
+                                  description=sentences[job.schedule], **rows[key], **_window_fields(job)))
     try:
         with transaction.atomic():
             created = PeriodicTask.objects.bulk_create(tasks)
@@ -192,7 +203,8 @@ def _write_from_code(job: registry.Job, job_id: int, digest: str, report: SyncRe
         task = row.periodic_task
         if task is None:  # adopt a task left by an earlier link, else create one
             task = PeriodicTask.objects.filter(name=task_name_for(job), task=job.task_name).first()
-        fields = {"task": job.task_name, "description": str(job.schedule), **_schedule_row(job.schedule, tz)}
+        fields = {"task": job.task_name, "description": str(job.schedule), **_schedule_row(job.schedule, tz),
+                  **_window_fields(job)}
         if task is None:
             task = PeriodicTask.objects.create(name=task_name_for(job), enabled=True, **fields)
             report.created.append(job.name)
@@ -227,7 +239,8 @@ def apply_edits(now: dt.datetime | None = None, limit: int = 1000) -> int:
             f"""
             SELECT job.id, job.schedule_version, job.schedule, job.schedule_timezone, job.next_run_at,
                    task.enabled, c.minute, c.hour, c.day_of_month, c.month_of_year, c.day_of_week,
-                   c.timezone, i.every, i.period, job.name, job.timezone, job.code, job.schedule_problem
+                   c.timezone, i.every, i.period, job.name, job.timezone, job.code, job.schedule_problem,
+                   task.start_time, task.expires, coalesce(task.one_off, false), job.active_from, job.active_until
             FROM {JOB} AS job
             LEFT JOIN {TASK} AS task ON task.id = job.periodic_task_id
             LEFT JOIN {CRONTAB} AS c ON c.id = task.crontab_id
@@ -238,13 +251,17 @@ def apply_edits(now: dt.datetime | None = None, limit: int = 1000) -> int:
             [limit],
         )
         rows = cursor.fetchall()
-    updates: list[tuple[int, int, str, str, bool, dt.datetime | None, str, bool | None]] = []
+    updates: list[tuple[int, int, str, str, bool, dt.datetime | None, str, bool | None,
+                        dt.datetime | None, dt.datetime | None, bool]] = []
     readings: dict[tuple[object, object], schedule_problems.Reading] = {}  # thousands of jobs share a few schedules
     raised: dict[int, schedule_problems.Problem] = {}
     for (job_id, version, stored, stored_tz, next_run_at, enabled, minute, hour, dom, moy, dow, tz,
-         every, period, name, job_tz, code, known_problem) in rows:
+         every, period, name, job_tz, code, known_problem, opens, closes, one_off, opened, closed) in rows:
         schedule_text, schedule_tz, problem = stored, stored_tz, ""
         move, next_at, paused = False, next_run_at, None  # paused None: leave the flag as it is
+        window_edited = enabled is not None and (opens, closes) != (opened, closed)
+        if window_edited:
+            logger.info("cron job %s: active window %s to %s", name, _iso_or_none(opens), _iso_or_none(closes))
         if enabled is not None:
             crontab = (minute, hour, dom, moy, dow, str(tz or "")) if minute is not None else None
             interval = (every, period) if every is not None else None
@@ -256,8 +273,10 @@ def apply_edits(now: dt.datetime | None = None, limit: int = 1000) -> int:
                 schedule_text = effective.expression
                 schedule_tz = effective.timezone if isinstance(effective, schedules.Cron) else job_tz
                 changed = (schedule_text, schedule_tz) != (stored, stored_tz)
-                if enabled and (changed or next_run_at is None):
-                    move, next_at = True, reading.first
+                if enabled and (changed or next_run_at is None or window_edited):
+                    # A new window starts the job afresh, like a resume: slots outside the old window
+                    # are not caught up when the new one takes them in.
+                    move, next_at = True, opening(effective, reading.first, opens)
                     if stored and changed:  # an edit, not a job's first schedule
                         logger.info("cron job %s: schedule %s; next slot %s", name, effective,
                                     schedules.iso(next_at) if next_at else "-")
@@ -276,7 +295,9 @@ def apply_edits(now: dt.datetime | None = None, limit: int = 1000) -> int:
                              name, problem, kept)
                 if problem != known_problem:
                     raised[job_id] = schedule_problems.Problem(code=code, name=name, problem=problem, kept=kept)
-        updates.append((job_id, version, schedule_text, schedule_tz or "", move, next_at, problem, paused))
+        linked = enabled is not None  # without a periodic task (after=, or gone from the code) the window stays
+        updates.append((job_id, version, schedule_text, schedule_tz or "", move, next_at, problem, paused,
+                        opens if linked else opened, closes if linked else closed, bool(one_off) and linked))
     written: set[int] = set()
     if updates:
         with connection.cursor() as cursor:
@@ -285,10 +306,12 @@ def apply_edits(now: dt.datetime | None = None, limit: int = 1000) -> int:
                 UPDATE {JOB} AS job
                    SET schedule = d.schedule, schedule_timezone = d.tz, schedule_seen = d.version,
                        next_run_at = CASE WHEN d.move THEN d.next_run_at ELSE job.next_run_at END,
-                       schedule_problem = d.problem, paused = coalesce(d.paused, job.paused)
+                       schedule_problem = d.problem, paused = coalesce(d.paused, job.paused),
+                       active_from = d.opens, active_until = d.closes, one_off = d.one_off
                   FROM unnest(%s::bigint[], %s::bigint[], %s::text[], %s::text[], %s::boolean[],
-                              %s::timestamptz[], %s::text[], %s::boolean[])
-                       AS d(job_id, version, schedule, tz, move, next_run_at, problem, paused)
+                              %s::timestamptz[], %s::text[], %s::boolean[], %s::timestamptz[],
+                              %s::timestamptz[], %s::boolean[])
+                       AS d(job_id, version, schedule, tz, move, next_run_at, problem, paused, opens, closes, one_off)
                  WHERE job.id = d.job_id AND job.schedule_version = d.version
                 RETURNING job.id
                 """,
@@ -299,6 +322,13 @@ def apply_edits(now: dt.datetime | None = None, limit: int = 1000) -> int:
     if written:
         note_downstream(sorted(written))
     return len(rows)
+
+
+def opening(schedule: schedules.Schedule, first: dt.datetime | None, opens: dt.datetime | None) -> dt.datetime | None:
+    """The job's next slot: ``first``, or the first slot of its window when that opens later."""
+    if first is None or opens is None or first >= opens:
+        return first
+    return schedule.next_after(opens - dt.timedelta(microseconds=1))
 
 
 def note_downstream(edited: list[int] | None = None) -> None:

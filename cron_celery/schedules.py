@@ -385,7 +385,7 @@ class CatchUpPlan:
 
 
 def plan_catch_up(schedule: Schedule, due_since: dt.datetime, now: dt.datetime, policy: str,
-                  limit: int = 1000) -> CatchUpPlan:
+                  limit: int = 1000, end: dt.datetime | None = None) -> CatchUpPlan:
     """Split the slots in ``[due_since, now]`` by the catch-up policy.
 
     ``due_since`` is the job's ``next_run_at``: the first slot not dispatched yet. A slot
@@ -396,20 +396,24 @@ def plan_catch_up(schedule: Schedule, due_since: dt.datetime, now: dt.datetime, 
     longer than ``limit`` slots, ``none`` and ``latest`` record only the newest ``limit``
     slots (``unrecorded_before`` says where the record starts), so a week down never
     writes, or walks, a week of slots.
+
+    ``end`` (a job's ``active_until``): slots at or after it are outside the job's window, neither
+    run nor recorded; ``next_run_at`` is then the first slot past it (the job is due no more).
     """
+    last = now if end is None else min(now, end - dt.timedelta(microseconds=1))
     due: list[dt.datetime] = []
     slot = due_since
-    while slot <= now and len(due) < limit:
+    while slot <= last and len(due) < limit:
         due.append(slot)
         slot = schedule.next_after(slot)
-    truncated = slot <= now
+    truncated = slot <= last
     if not due:
         return CatchUpPlan(run=[], missed=[], next_run_at=due_since)
     if policy == "all":
         return CatchUpPlan(run=due, missed=[], next_run_at=slot, truncated=truncated)
     unrecorded_before = None
     if truncated:  # more is overdue: keep only the newest ``limit`` slots, found from ``now``
-        due = (due + _newest_slots(schedule, slot, now, limit))[-limit:]
+        due = (due + _newest_slots(schedule, slot, last, limit))[-limit:]
         unrecorded_before = due[0]
         slot = schedule.next_after(due[-1])
     latest = due[-1]

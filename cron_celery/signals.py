@@ -31,7 +31,8 @@ execution_succeeded = Signal()
 execution_recovered = Signal()
 #: The worker died or the message never reached one (final LOST).
 execution_lost = Signal()
-#: A call that was refused (SKIPPED, with its skip reason as ``error_code``).
+#: A call that was refused (SKIPPED, with its skip reason as ``error_code``), and each downstream
+#: slot (``after=``) that the database skipped because an upstream did not succeed (``UPSTREAM``).
 execution_skipped = Signal()
 
 

@@ -14,7 +14,20 @@ from typing import Any, ClassVar, TypeVar, overload
 import celery
 from celery import shared_task
 
-from cron_celery import dependencies, dispatch, enums, exceptions, groups, jobs, registry, runs, schedules, waiting
+from cron_celery import (
+    dependencies,
+    dispatch,
+    enums,
+    exceptions,
+    groups,
+    jobs,
+    oneoffs,
+    registry,
+    runs,
+    schedule_sync,
+    schedules,
+    waiting,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +46,8 @@ DECLARATION_OPTIONS = ("name", "code", "pattern", "execution_pattern", "overlap"
 #: Job options that ``cron_task`` and ``register_task`` take besides Celery's own.
 JOB_OPTIONS = ("max_retries", "retry_backoff", "retry_backoff_max", "retry_jitter", "retry_on",
                "retry_on_failure", "soft_time_limit", "time_limit", "notify", "alert_after", "alert_repeat",
-               "max_concurrency", "concurrency_group", "jitter", "after")
+               "max_concurrency", "concurrency_group", "jitter", "after", "active_from", "active_until",
+               "alert_on_upstream")
 
 
 def headers(execution_id: int, slot: dt.datetime, trigger: str, *, force: bool = False,
@@ -106,6 +120,22 @@ def send_run(job: registry.Job, slot: dt.datetime, trigger: str, *, force: bool 
         raise exceptions.PublishFailed(f"({type(exc).__name__}: {exc})") from None
     dispatch.set_celery_task_id(execution_id, result.id)
     return Sent(execution_id=execution_id, run_number=run_number, celery_task_id=str(result.id))
+
+
+def schedule_one_off(job: registry.Job, at: dt.datetime, *, force: bool = False) -> oneoffs.Recorded:
+    """Record a one-off run of ``job`` at ``at`` for the beat to send then (``oneoffs``): the
+    ``--schedule`` of ``run_cron_task``, the admin and the run endpoint. Raises ``OneOffRefused``
+    saying what to do instead: ``at`` is past, a slot of the job's own schedule (it runs then anyway),
+    or already holds a one-off of the job waiting to be sent."""
+    schedule = schedule_sync.slots_of(job).schedule
+    if schedule is not None and schedule.next_after(at - dt.timedelta(microseconds=1)) == at:
+        raise exceptions.OneOffRefused(
+            f"it is a slot of the job's own schedule ({schedule}), so it runs then anyway; choose another "
+            "minute (or send a run now with --enqueue).", job=job.name, at=schedules.iso(at))
+    try:
+        return oneoffs.record(job, jobs.job_id(job), at, force=force)
+    except ValueError as error:
+        raise exceptions.OneOffRefused(f"{error}.", job=job.name, at=schedules.iso(at)) from None
 
 
 def send(app: celery.Celery, task_name: str, *, execution_id: int, slot: dt.datetime, trigger: str,

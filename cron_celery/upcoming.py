@@ -1,6 +1,6 @@
 """What is about to run: the slots of the next hour across all jobs, for the admin's "upcoming"
-page. Read from the job rows (the index on ``next_run_at``) and each job's schedule in effect,
-never from the history.
+page. Read from the job rows (the index on ``next_run_at``) and each job's schedule in effect
+and window, never from the history; and the one-off runs waiting to be sent in that hour.
 
 The work is bounded whatever the schedules: at most ``PER_JOB`` slots are walked per job, the
 rest of its hour is counted (by arithmetic for intervals), jobs that share a schedule, timezone
@@ -13,7 +13,9 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 
-from cron_celery import conf, exceptions, models, schedules
+from django.db.models import F
+
+from cron_celery import conf, exceptions, models, oneoffs, schedules
 
 #: Slots listed per job; a job that runs more often says how many more it has in the hour.
 PER_JOB = 5
@@ -28,6 +30,7 @@ class Slot:
     at: dt.datetime
     job: models.CronJob
     due: bool  # its time has come and the beat has not dispatched it yet (a beat sends it within its tick)
+    one_off: int | None = None  # a one-off run recorded ahead: its execution id
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -97,32 +100,41 @@ def upcoming(now: dt.datetime, window: dt.timedelta = dt.timedelta(hours=1)) -> 
     until = now + window
     late = float(conf.settings.HEALTH["OVERDUE_SECONDS"])
     rows = list(models.CronJob.objects.filter(paused=False, next_run_at__isnull=False, next_run_at__lte=until)
+                .exclude(active_until__lte=F("next_run_at"))  # its window has ended: no more slots
                 .order_by("next_run_at", "name")[:MAX_JOBS + 1])
     slots: list[Slot] = []
     more: list[More] = []
     behind: list[Behind] = []
     unplannable: list[tuple[models.CronJob, str]] = []
-    plans: dict[tuple[str, str, dt.datetime, bool], _Plan] = {}
+    plans: dict[tuple[str, str, dt.datetime, bool, dt.datetime], _Plan] = {}
     for job in rows[:MAX_JOBS]:
         first = job.next_run_at
         assert first is not None
-        left_behind = (now - first).total_seconds() > late
+        left_behind = (now - first).total_seconds() > late and (job.active_from is None or job.active_from < now)
         if left_behind:
-            behind.append(Behind(job=job, since=first))
+            behind.append(Behind(job=job, since=max(first, job.active_from or first)))
         start, included = (now, False) if left_behind else (first, True)
         zone = job.schedule_timezone or job.timezone
-        key = (job.schedule, zone, start, included)
+        # Within the job's window: from its opening, and before its end.
+        end = until if job.active_until is None else min(until, job.active_until - dt.timedelta(microseconds=1))
+        if job.active_from is not None and start < job.active_from:
+            start, included = job.active_from - dt.timedelta(microseconds=1), False
+        key = (job.schedule, zone, start, included, end)
         if key not in plans:
             try:
                 schedule = schedules.parse_expression(job.schedule, zone)
             except (exceptions.InvalidSchedule, ValueError, KeyError) as error:  # shown, not raised
                 unplannable.append((job, str(error)))
                 continue
-            plans[key] = _plan(schedule, start, included, until)
+            plans[key] = _plan(schedule, start, included, end) if start <= end else _Plan([], 0, None)
         plan = plans[key]
         slots += [Slot(at=at, job=job, due=at <= now) for at in plan.listed]
         if plan.more and plan.last is not None:
             more.append(More(job=job, count=plan.more, until=plan.last))
+    waiting = oneoffs.waiting(until)
+    by_id = models.CronJob.objects.in_bulk({job_id for _id, job_id, _at in waiting})
+    slots += [Slot(at=at, job=by_id[job_id], due=at <= now, one_off=execution_id)
+              for execution_id, job_id, at in waiting if job_id in by_id]
     slots.sort(key=lambda slot: (slot.at, slot.job.name))
     return Upcoming(now=now, until=until, slots=slots, more=more, behind=behind, unplannable=unplannable,
                     truncated=len(rows) > MAX_JOBS, overdue_after=late)

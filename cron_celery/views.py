@@ -30,7 +30,7 @@ from django.middleware.csrf import CsrfViewMiddleware
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
-from cron_celery import checks, enums, exceptions, health, models, registry, schedule_sync, tasks, tokens
+from cron_celery import checks, enums, exceptions, health, models, oneoffs, registry, schedule_sync, tasks, tokens
 
 logger = logging.getLogger(__name__)
 
@@ -115,11 +115,14 @@ def _iso(value: dt.datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
 
 
-def job_summary(job: models.CronJob) -> dict[str, Any]:
+def job_summary(job: models.CronJob, next_one_off: dt.datetime | None = None) -> dict[str, Any]:
     return {
         "name": job.name, "code": job.code, "schedule": job.schedule or None,
         "timezone": job.schedule_timezone or job.timezone, "paused": job.paused,
-        "next_slot": _iso(job.next_run_at), "last_status": job.last_status or None,
+        "next_slot": _iso(job.next_run_at if job.active_until is None or job.next_run_at is None
+                          or job.next_run_at < job.active_until else None),
+        "active_from": _iso(job.active_from), "active_until": _iso(job.active_until),
+        "next_one_off": _iso(next_one_off), "last_status": job.last_status or None,
         "last_run_at": _iso(job.last_run_at), "last_success_at": _iso(job.last_success_at),
         "consecutive_failures": job.consecutive_failures,
     }
@@ -153,8 +156,10 @@ def status(request: HttpRequest) -> HttpResponse:
             return JsonResponse({"error": f"unknown job {wanted!r}"}, status=404)
         jobs = jobs.filter(id=found.id)
         executions = executions.filter(job=found)
+    listed = list(jobs.order_by("name"))
+    one_offs = oneoffs.next_by_job([job.id for job in listed])
     return JsonResponse({
-        "jobs": [job_summary(job) for job in jobs.order_by("name")],
+        "jobs": [job_summary(job, one_offs.get(job.id)) for job in listed],
         "executions": [execution_summary(row) for row in executions.order_by("-id")[: int(raw)]],
     })
 
@@ -192,7 +197,9 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
 def run(request: HttpRequest, job: str) -> HttpResponse:
     """Send one run of a job to the workers (trigger ENQUEUE). Form or JSON fields, all
     optional: ``date`` (its first slot that day), ``at`` (an exact slot), ``force``, ``rerun``,
-    ``cascade`` (its success runs the slot of the jobs declared ``after=`` it again).
+    ``cascade`` (its success runs the slot of the jobs declared ``after=`` it again). With
+    ``schedule`` true, nothing is sent now: a one-off run at ``at`` is recorded for the beat to
+    send then (201, trigger ONE_OFF).
     A token needs the scope ``run``, and ``force`` too for ``force``; a session needs
     ``models.OPERATE_PERMISSION`` for both, as the admin's forced actions do."""
     try:
@@ -215,6 +222,8 @@ def run(request: HttpRequest, job: str) -> HttpResponse:
         refused = allowed(request, tokens.FORCE, models.OPERATE_PERMISSION)
         if refused is not None:
             return refused
+    if fields.get("schedule", "").lower() in flag:
+        return _schedule_one_off(request, declared, fields, force=force)
     try:
         slot = schedule_sync.slot_for(declared, fields.get("date") or None, fields.get("at") or None)
         sent = tasks.send_run(declared, slot, enums.Trigger.ENQUEUE, force=force,
@@ -224,10 +233,34 @@ def run(request: HttpRequest, job: str) -> HttpResponse:
         return JsonResponse({"error": f"{declared.name}: {error}"}, status=503)
     except exceptions.CronCeleryError as error:
         return JsonResponse({"error": str(error)}, status=400)
-    token = caller(request)
-    logger.info("run of cron job %s for slot %s sent through the endpoint by %s (execution %s)", declared.name,
-                slot.isoformat(), f"the token {token.name!r}" if token else f"user {request.user.get_username()!r}",
-                sent.execution_id, extra={"job": declared.code, "slot": slot.isoformat(),
-                                          "execution": sent.execution_id})
+    _log_done(request, "run of cron job %s for slot %s sent", declared, slot, sent.execution_id)
     return JsonResponse({"job": declared.name, "slot": slot.isoformat(), "execution_id": sent.execution_id,
                          "run_number": sent.run_number, "celery_task_id": sent.celery_task_id}, status=202)
+
+
+def _log_done(request: HttpRequest, what: str, declared: registry.Job, slot: dt.datetime, execution_id: int) -> None:
+    """Log who did ``what`` (a format with the job's name and the slot) through the endpoint."""
+    token = caller(request)
+    logger.info(what + " through the endpoint by %s (execution %s)", declared.name, slot.isoformat(),
+                f"the token {token.name!r}" if token else f"user {request.user.get_username()!r}", execution_id,
+                extra={"job": declared.code, "slot": slot.isoformat(), "execution": execution_id})
+
+
+def _schedule_one_off(request: HttpRequest, declared: registry.Job, fields: dict[str, str], *,
+                      force: bool) -> HttpResponse:
+    """``"schedule": true``: record a one-off run at ``at`` for the beat to send then (``oneoffs``)."""
+    if not fields.get("at"):
+        return JsonResponse({"error": "schedule needs at, the time of the one-off run (e.g. 2026-12-01T18:00)"},
+                            status=400)
+    together = [name for name in ("rerun", "cascade") if fields.get(name, "").lower() in {"1", "true", "yes", "on"}]
+    if together:
+        return JsonResponse({"error": f"schedule cannot be combined with {', '.join(together)}: a one-off run is "
+                                      "a new run at a time of its own"}, status=400)
+    try:
+        at = schedule_sync.slot_for(declared, fields.get("date") or None, fields["at"])
+        recorded = tasks.schedule_one_off(declared, at, force=force)
+    except exceptions.CronCeleryError as error:
+        return JsonResponse({"error": str(error)}, status=400)
+    _log_done(request, "one-off run of cron job %s at %s recorded", declared, at, recorded.execution_id)
+    return JsonResponse({"job": declared.name, "slot": at.isoformat(), "execution_id": recorded.execution_id,
+                         "run_number": recorded.run_number, "scheduled": True, "status": "PENDING"}, status=201)

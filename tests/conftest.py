@@ -194,3 +194,20 @@ def db_now() -> dt.datetime:
 # The model test's Hypothesis profiles (model-ci, long): registered before the options are read, so
 # `pytest tests --hypothesis-profile=long` works for the whole suite.
 from tests.model import profiles as _model_profiles  # noqa: E402, F401
+
+
+@pytest.fixture
+def declare() -> Iterator[object]:
+    """Declare and register jobs for one test (``declare(name, code, **options)``); forgotten after."""
+    names: list[str] = []
+
+    def make(name: str, code: str, **options: object) -> registry.Job:
+        job = registry.declare(name=name, code=code, task_name=f"tests.fake.{name.replace('-', '_')}",
+                               pattern=options.pop("pattern", "standard"), **options)  # type: ignore[arg-type]
+        registry.register(job)
+        names.append(name)
+        return job
+
+    yield make
+    for name in names:
+        registry.unregister(name)

@@ -7,51 +7,44 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
-from django.db import connection, connections
+from celery.exceptions import SoftTimeLimitExceeded
+from django.db import connection, connections, transaction
 from django.test import override_settings
 
 from cron_celery import (
+    alerts,
     checks,
     claims,
     dependencies,
     dispatch,
+    events,
     exceptions,
     executions,
     finishes,
+    outcomes,
     reconciler,
     registry,
+    repairs,
+    runs,
     schedule_sync,
+    signals,
     tasks,
 )
-from cron_celery.models import CronDependency, CronExecution, CronJob, SkipReason, Status, Trigger
+from cron_celery import jobs as job_rows
+from cron_celery.models import Alert, CronDependency, CronExecution, CronJob, SkipReason, Status, Trigger
 from cron_celery.schedules import every
 from tests.celery_app import app
+from tests.conftest import db_now, expire_lease
 from tests.test_waiting import RECONCILE, begin, row
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 SLOT = dt.datetime(2026, 11, 29, 1, 0, tzinfo=dt.UTC)
 HOURLY = every(hours=1)
-
-
-@pytest.fixture
-def declare() -> Iterator[object]:
-    """Declare and register jobs for one test (``declare(name, code, **options)``); forgotten after."""
-    names: list[str] = []
-
-    def make(name: str, code: str, **options: object) -> registry.Job:
-        job = registry.declare(name=name, code=code, task_name=f"tests.fake.{name.replace('-', '_')}",
-                               pattern=options.pop("pattern", "standard"), **options)  # type: ignore[arg-type]
-        registry.register(job)
-        names.append(name)
-        return job
-
-    yield make
-    for name in names:
-        registry.unregister(name)
 
 
 def chain(declare, *, extra_after: tuple[str, ...] = ()) -> dict[str, tuple[registry.Job, int]]:
@@ -360,3 +353,327 @@ def test_a_run_looks_for_downstream_executions_only_when_a_job_runs_after_its_jo
     with CaptureQueriesContext(connection) as queries:
         jobs_chain.chain_transform(slot="2026-11-29T07:00:00Z")
     assert [q for q in queries if "upstream_execution_id" in q["sql"]]
+
+
+# --- alert_on_upstream, and the announcement of the skips the database writes ---------------------
+
+#: The failure channels of the chain's jobs: up -> mid -> low (see ``alerting_chain``).
+CHANNELS = {"dep-up": ["telegram"], "dep-mid": ["email", "webhook"], "dep-low": ["slack"]}
+
+
+def alerting_chain(declare, *, mid: bool = True, low: bool = True, edges: bool = True,
+                   **up_options: object) -> dict[str, tuple[registry.Job, int]]:
+    """up (hourly) -> mid -> low, each with its own failure channels (``CHANNELS``); ``mid`` and
+    ``low``: whether that job is declared with ``alert_on_upstream=True``."""
+    made = {
+        "up": declare("dep-up", "DU1", schedule=HOURLY, notify={"on_failure": CHANNELS["dep-up"]}, **up_options),
+        "mid": declare("dep-mid", "DU2", after="dep-up", notify={"on_failure": CHANNELS["dep-mid"]},
+                       **({"alert_on_upstream": True} if mid else {})),
+        "low": declare("dep-low", "DU3", after="dep-mid", notify={"on_failure": CHANNELS["dep-low"]},
+                       **({"alert_on_upstream": True} if low else {})),
+    }
+    ids = job_rows.refresh_job_ids(list(made.values()))
+    if edges:
+        dependencies.sync(list(made.values()))
+    return {key: (job, ids[job.code]) for key, job in made.items()}
+
+
+def _raise(run: runs.Run) -> None:
+    raise ConnectionError("partner down")
+
+
+def _time_out(run: runs.Run) -> None:
+    raise SoftTimeLimitExceeded()
+
+
+def _ok(run: runs.Run) -> str:
+    return "fine"
+
+
+def downstream_skips() -> list[CronExecution]:
+    """Every execution the database skipped because of an upstream (reason UPSTREAM)."""
+    return list(CronExecution.objects.filter(skip_reason=SkipReason.UPSTREAM).order_by("id"))
+
+
+def alerts_of(execution_ids: list[int]) -> list[tuple[int, str, str]]:
+    return list(Alert.objects.filter(execution_id__in=execution_ids).order_by("execution_id", "channel")
+                .values_list("execution_id", "event", "channel"))
+
+
+@pytest.fixture
+def skipped_signals() -> Iterator[list[dict[str, Any]]]:
+    """What ``execution_skipped`` receivers get during the test, and how many UPSTREAM alert rows
+    were committed when each was sent (``alerts_committed``)."""
+    received: list[dict[str, Any]] = []
+
+    def receiver(sender: str, **kwargs: Any) -> None:
+        received.append({"sender": sender, **{key: value for key, value in kwargs.items() if key != "signal"},
+                         "alerts_committed": Alert.objects.filter(event="UPSTREAM").count()})
+
+    signals.execution_skipped.connect(receiver, weak=False)
+    yield received
+    signals.execution_skipped.disconnect(receiver)
+
+
+def test_alert_on_upstream_is_a_bool_for_a_job_declared_with_after(declare):
+    assert declare("dep-on", "DO1", after="dep-up", alert_on_upstream=True).alert_on_upstream is True
+    assert declare("dep-off", "DO2", after="dep-up").alert_on_upstream is False
+    assert declare("dep-plain", "DO3", schedule=HOURLY, alert_on_upstream=False).alert_on_upstream is False
+    with pytest.raises(exceptions.ImproperlyDeclared, match="alert_on_upstream is for a job declared with after="):
+        registry.declare(name="dep-x", code="DXX", task_name="t", schedule=HOURLY, alert_on_upstream=True)
+    for bad in ("yes", 1, None):
+        with pytest.raises(exceptions.ImproperlyDeclared,
+                           match=f"alert_on_upstream must be True or False, not {bad!r}"):
+            registry.declare(name="dep-x", code="DXX", task_name="t", after="dep-up", alert_on_upstream=bad)
+    # Both decorators take it as a job option, not as a Celery task option.
+    rest, policy = tasks._split_options("dep-x", {"alert_on_upstream": True, "queue": "q"})
+    assert (rest, policy) == ({"queue": "q"}, {"alert_on_upstream": True})
+    with pytest.raises(exceptions.ImproperlyDeclared, match="alert_on_upstream is for a job declared with after="):
+        tasks.cron_task(name="dep-y", code="DXY", alert_on_upstream=True)(_ok)
+    assert "dep-y" not in {job.name for job in registry.all_jobs()}
+
+
+def test_an_upstream_failure_alerts_each_opted_in_job_down_the_chain_once_per_channel_in_its_final_write(
+        declare, skipped_signals):
+    jobs_ = alerting_chain(declare)
+    up = jobs_["up"][0]
+    seen_at_commit: list[list[tuple[int, str, str]]] = []
+
+    def at_commit(sender: str, execution_id: int, **kwargs: Any) -> None:
+        # The upstream's own announcement, right after its final write committed: the downstream
+        # executions' alert rows are already there (they committed with it).
+        if sender == up.name:
+            seen_at_commit.append(alerts_of([r.id for r in downstream_skips()]))
+
+    signals.execution_failed.connect(at_commit, weak=False)
+    try:
+        failed = runs.execute(up, SLOT, _raise, trigger=Trigger.MANUAL)
+    finally:
+        signals.execution_failed.disconnect(at_commit)
+    assert failed.status == Status.FAILED and failed.execution_id is not None
+    mid, low = downstream_skips()
+    assert (mid.job_id, mid.upstream_execution_id, low.job_id, low.upstream_execution_id) == (
+        jobs_["mid"][1], failed.execution_id, jobs_["low"][1], mid.id)
+    expected = [(mid.id, "UPSTREAM", "email"), (mid.id, "UPSTREAM", "webhook"), (low.id, "UPSTREAM", "slack")]
+    assert alerts_of([mid.id, low.id]) == expected
+    assert seen_at_commit == [expected]  # committed with the upstream's final write, before any announcement
+    # The upstream's own alert is as before; the downstream jobs' incidents are left alone.
+    assert alerts_of([failed.execution_id]) == [(failed.execution_id, "FAILED", "telegram")]
+    assert list(CronJob.objects.filter(id__in=[mid.job_id, low.job_id]).values_list("alerted_at", flat=True)) == [
+        None, None]
+    # What the channels say: the skip, and the upstream failure that stopped the chain.
+    message = alerts.message_for(Alert.objects.get(execution_id=low.id))
+    assert message.title == "[cron] dep-low (DU3) was skipped: an upstream job failed"
+    assert (message.status, message.error_code, message.failing) == (Status.SKIPPED, "UPSTREAM", True)
+    assert message.error == (
+        f"Skipped: upstream job dep-mid (DU2) ended SKIPPED, UPSTREAM in this slot (execution {mid.id}).\n"
+        f"Upstream failure: dep-up (DU1), execution {failed.execution_id}, ended FAILED: "
+        "ConnectionError: partner down")
+    # And each skip was announced once, after the commit.
+    assert [(s["sender"], s["execution_id"], s["error_code"], s["alerts_committed"]) for s in skipped_signals] == [
+        ("dep-mid", mid.id, "UPSTREAM", 3), ("dep-low", low.id, "UPSTREAM", 3)]
+
+
+class _Dies(BaseException):
+    """The process ends (a kill): nothing after the commit runs."""
+
+
+class _DieAtTheCommit(events.Listener):
+    """Registers, inside the upstream's final write, a commit hook that ends everything there."""
+
+    name = "dies-at-the-commit"
+
+    def records(self, ended: events.Ended) -> bool:
+        return ended.job is not None and ended.job.name == "dep-up"
+
+    def record(self, ended: events.Ended) -> None:
+        transaction.on_commit(self._die)
+
+    @staticmethod
+    def _die() -> None:
+        raise _Dies()
+
+
+def test_the_downstream_alerts_commit_with_the_upstreams_final_write_when_the_process_dies_at_the_commit(
+        declare, skipped_signals):
+    """Nothing that runs after the commit (its hooks, the announcements) is needed for the alerts."""
+    jobs_ = alerting_chain(declare)
+    events.subscribe(_DieAtTheCommit())
+    try:
+        with pytest.raises(_Dies):
+            runs.execute(jobs_["up"][0], SLOT, _raise, trigger=Trigger.MANUAL)
+    finally:
+        events.unsubscribe(_DieAtTheCommit.name)
+    mid, low = downstream_skips()
+    assert alerts_of([mid.id, low.id]) == [(mid.id, "UPSTREAM", "email"), (mid.id, "UPSTREAM", "webhook"),
+                                           (low.id, "UPSTREAM", "slack")]
+    assert set(Alert.objects.filter(execution_id__in=[mid.id, low.id]).values_list("status", flat=True)) == {
+        "PENDING"}  # the reconciler delivers them (its redelivery of PENDING rows)
+    assert skipped_signals == []  # nothing after the commit ran
+
+
+def test_a_downstream_job_that_did_not_opt_in_stays_silent_and_one_below_it_that_did_alerts(declare):
+    jobs_ = alerting_chain(declare, mid=False, low=True)
+    failed = runs.execute(jobs_["up"][0], SLOT, _raise, trigger=Trigger.MANUAL)
+    assert failed.execution_id is not None
+    mid, low = downstream_skips()
+    assert alerts_of([mid.id, low.id]) == [(low.id, "UPSTREAM", "slack")]
+    assert alerts_of([failed.execution_id]) == [(failed.execution_id, "FAILED", "telegram")]
+
+
+def test_execution_skipped_is_sent_once_for_each_downstream_slot_the_database_skipped(declare, skipped_signals):
+    """No job opts in to alerts here: the signal is sent for every skip the trigger wrote."""
+    jobs_ = chain(declare)
+    failed = run_through_outcomes(*jobs_["extract"], status=Status.FAILED)
+    load, report = downstream_skips()
+    assert skipped_signals == [
+        {"sender": "dep-load", "job": "dep-load", "code": "DX3", "execution_id": load.id, "slot": SLOT,
+         "status": Status.SKIPPED, "error_code": SkipReason.UPSTREAM, "message": load.message,
+         "alerts_committed": 0},
+        {"sender": "dep-report", "job": "dep-report", "code": "DX4", "execution_id": report.id, "slot": SLOT,
+         "status": Status.SKIPPED, "error_code": SkipReason.UPSTREAM, "message": report.message,
+         "alerts_committed": 0},
+    ]
+    assert load.upstream_execution_id == failed
+    run_through_outcomes(*jobs_["transform"])  # decides nothing more: nothing more is announced
+    assert len(skipped_signals) == 2
+
+
+def run_through_outcomes(job: registry.Job, job_id: int, status: str = Status.SUCCEEDED) -> int:
+    """``run``, with the final write through ``outcomes`` (what the listeners hear of)."""
+    execution_id, _ = dispatch.enqueue(job=job, job_id=job_id, slot=SLOT, execution_date=SLOT.date(),
+                                       trigger=Trigger.ENQUEUE, forced=True)
+    claim = begin(job, job_id, SLOT, execution_id=execution_id, trigger=Trigger.ENQUEUE)
+    assert claim.fence is not None
+    assert outcomes.finish(job, job_id, execution_id, SLOT, fence=claim.fence, status=status, message="",
+                           error_code="", traceback="", result=None)
+    return execution_id
+
+
+# Each way an upstream execution ends, as its writer does it: (how, alerts the opted-in jobs below).
+
+HOURLY_GAP = dt.timedelta(hours=1)
+
+
+def _worker_failed(up: registry.Job, up_id: int) -> None:
+    assert runs.execute(up, SLOT, _raise, trigger=Trigger.MANUAL).status == Status.FAILED
+
+
+def _worker_timed_out(up: registry.Job, up_id: int) -> None:
+    assert runs.execute(up, SLOT, _time_out, trigger=Trigger.MANUAL).status == Status.TIMED_OUT
+
+
+def _parent_lost(up: registry.Job, up_id: int) -> None:
+    begin(up, up_id, SLOT, trigger=Trigger.BEAT, worker="w", pid=4242)
+    ended = outcomes.dead(up, job_id=up_id, status=Status.LOST, error_code="WORKER_LOST",
+                          message="the child died (signal 9)", worker="w", pid=4242)
+    assert ended is not None and ended.status == Status.LOST
+
+
+def _lease_expired(up: registry.Job, up_id: int) -> None:
+    claim = begin(up, up_id, SLOT, trigger=Trigger.BEAT)
+    expire_lease(claim.execution_id)
+    with override_settings(CRON_CELERY={"RECONCILE": RECONCILE}):
+        assert reconciler.run_pass().lost == 1
+
+
+def _never_started(status: str) -> Callable[[registry.Job, int], None]:
+    def end(up: registry.Job, up_id: int) -> None:
+        execution_id, _ = dispatch.enqueue(job=up, job_id=up_id, slot=SLOT, execution_date=SLOT.date(),
+                                           trigger=Trigger.BEAT)
+        assert outcomes.unstarted(up, job_id=up_id, execution_id=execution_id, slot=SLOT, status=status,
+                                  error_code="NOT_DELIVERED", message="no worker received it")
+    return end
+
+
+def _given_up(up: registry.Job, up_id: int) -> None:
+    claim = begin(up, up_id, SLOT, trigger=Trigger.BEAT)
+    assert claim.execution_id is not None and claim.fence is not None
+    assert finishes.retry(job_id=up_id, execution_id=claim.execution_id, fence=claim.fence, status=Status.FAILED,
+                          message="boom", error_code="Boom", traceback="", countdown=0)
+    CronJob.objects.filter(id=up_id).update(paused=True)
+    given = outcomes.given_up(up, job_id=up_id, execution_id=claim.execution_id, note="not retried: paused")
+    assert given is not None and given.status == Status.FAILED
+
+
+def _revoked(up: registry.Job, up_id: int) -> None:
+    execution_id, _ = dispatch.enqueue(job=up, job_id=up_id, slot=SLOT, execution_date=SLOT.date(),
+                                       trigger=Trigger.BEAT)
+    assert outcomes.revoked(up, job_id=up_id, message="revoked by a person", execution_id=execution_id)
+
+
+def _skipped_paused(up: registry.Job, up_id: int) -> None:
+    CronJob.objects.filter(id=up_id).update(paused=True)
+    assert runs.execute(up, SLOT, _ok, trigger=Trigger.BEAT).skip_reason == SkipReason.PAUSED
+
+
+def _outage(up: registry.Job, up_id: int) -> None:
+    """The beat back after an outage: two slots recorded MISSED in one statement, then recorded."""
+    missed = [SLOT - dt.timedelta(hours=1), SLOT]
+    dispatch.dispatch_many([dispatch.Decision(job_id=up_id, expected_next_run_at=None, next_run_at=SLOT + HOURLY_GAP,
+                                              run=[], missed=missed, tz=dt.UTC)])
+    assert outcomes.missed(repairs.newest_missed([up_id])) == 1
+
+
+def _decided_late(up: registry.Job, up_id: int) -> None:
+    """The upstream failed before the edges existed (a deploy added them); the reconciler decides."""
+    assert runs.execute(up, SLOT, _raise, trigger=Trigger.MANUAL).status == Status.FAILED
+    assert downstream_skips() == []
+    dependencies.sync(registry.all_jobs())
+    CronJob.objects.exclude(id=up_id).update(created_at=SLOT - dt.timedelta(days=1))
+    CronExecution.objects.filter(job_id=up_id).update(ended=db_now() - dt.timedelta(minutes=2))
+    with override_settings(CRON_CELERY={"RECONCILE": RECONCILE}):
+        assert reconciler.run_pass().downstream == 1
+
+
+ENDINGS = {
+    "worker-failed": (_worker_failed, True),
+    "worker-timed-out": (_worker_timed_out, True),
+    "parent-lost": (_parent_lost, True),
+    "lease-expired": (_lease_expired, True),
+    "never-delivered": (_never_started(Status.LOST), True),
+    "given-up": (_given_up, True),
+    "decided-late": (_decided_late, True),
+    "revoked": (_revoked, False),  # somebody stopped it on purpose
+    "never-started-missed": (_never_started(Status.MISSED), False),  # no failure of the job
+    "outage": (_outage, False),
+    "skipped-paused": (_skipped_paused, False),
+}
+
+
+@pytest.mark.parametrize("ending", list(ENDINGS))
+def test_every_writer_of_an_upstreams_end_announces_the_skips_below_it_once_and_alerts_for_failures(
+        declare, skipped_signals, ending):
+    end, alerting = ENDINGS[ending]
+    jobs_ = alerting_chain(declare, edges=ending != "decided-late", max_retries=1 if ending == "given-up" else 0)
+    end(*jobs_["up"])
+    skips = downstream_skips()
+    slots = 2 if ending == "outage" else 1
+    assert [r.job_id for r in skips].count(jobs_["mid"][1]) == slots
+    assert [r.job_id for r in skips].count(jobs_["low"][1]) == slots
+    below = [s for s in skipped_signals if s["sender"] != "dep-up"]  # a paused upstream's own skip is sent too
+    assert sorted(s["execution_id"] for s in below) == [r.id for r in skips]
+    assert {(s["status"], s["error_code"]) for s in below} == {(Status.SKIPPED, SkipReason.UPSTREAM)}
+    names = {jobs_["mid"][1]: "dep-mid", jobs_["low"][1]: "dep-low"}
+    expected = sorted((r.id, "UPSTREAM", channel) for r in skips for channel in CHANNELS[names[r.job_id]])
+    assert alerts_of([r.id for r in skips]) == (expected if alerting else [])
+    # Committed with the skips, before the first of them was announced.
+    assert below[0]["alerts_committed"] == len(expected if alerting else [])
+
+
+def test_a_failed_run_looks_for_skipped_downstream_executions_only_when_a_job_runs_after_its_job(declare):
+    """A plain job's failure costs no statement more than its success; an upstream's failure asks."""
+    from django.test.utils import CaptureQueriesContext
+
+    lone = declare("dep-lone", "DL1", schedule=HOURLY, pattern="always")
+    jobs_ = alerting_chain(declare, pattern="always")
+    runs.execute(lone, SLOT, _ok, trigger=Trigger.MANUAL)  # the job's row exists: the runs below are steady state
+    with CaptureQueriesContext(connection) as succeeded:
+        runs.execute(lone, SLOT, _ok, trigger=Trigger.MANUAL)
+    with CaptureQueriesContext(connection) as failed:
+        assert runs.execute(lone, SLOT, _raise, trigger=Trigger.MANUAL).status == Status.FAILED
+    assert len(failed) == len(succeeded)
+    assert not [q for q in failed if "upstream_execution_id" in q["sql"]]
+    with CaptureQueriesContext(connection) as upstream:
+        assert runs.execute(jobs_["up"][0], SLOT, _raise, trigger=Trigger.MANUAL).status == Status.FAILED
+    assert [q for q in upstream if "upstream_execution_id" in q["sql"]]

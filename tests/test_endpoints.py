@@ -206,7 +206,7 @@ def test_status_summarises_every_job_and_lists_executions_most_recent_first(clie
         "name": first.name, "code": first.code, "schedule": "0 2 * * *", "timezone": "Europe/Amsterdam",
         "paused": True, "next_slot": "2026-11-30T00:00:00+00:00", "last_status": "FAILED",
         "last_run_at": "2026-11-29T00:00:00+00:00", "last_success_at": "2026-11-28T00:00:00+00:00",
-        "consecutive_failures": 2,
+        "consecutive_failures": 2, "active_from": None, "active_until": None, "next_one_off": None,
     }
     bare = next(job for job in body["jobs"] if job["name"] == second.name)
     assert (bare["schedule"], bare["next_slot"], bare["last_status"], bare["timezone"]) == (None, None, None, "UTC")

@@ -46,7 +46,8 @@ def backdate(execution_id, minutes=60):
                        [minutes, minutes, execution_id])
 
 
-@pytest.mark.parametrize("trigger", [Trigger.BACKFILL, Trigger.CATCH_UP, Trigger.ENQUEUE, Trigger.ADMIN])
+@pytest.mark.parametrize("trigger", [Trigger.BACKFILL, Trigger.CATCH_UP, Trigger.ENQUEUE, Trigger.ADMIN,
+                                     Trigger.UPSTREAM, Trigger.ONE_OFF])
 def test_a_requested_slot_that_meets_a_live_run_waits_instead_of_being_skipped(trigger):
     job, job_id = make_job(overlap="skip")
     live = begin(job, job_id, slot=LATER)

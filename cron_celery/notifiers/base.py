@@ -26,7 +26,7 @@ from cron_celery import exceptions
 #: How an event reads in a title.
 EVENT_WORDS = {
     "FAILED": "failed", "TIMED_OUT": "timed out", "LOST": "was lost", "MISSED": "missed a slot",
-    "RECOVERED": "recovered", "SUCCEEDED": "succeeded",
+    "RECOVERED": "recovered", "SUCCEEDED": "succeeded", "UPSTREAM": "was skipped: an upstream job failed",
 }
 #: At most this many lines and characters of an error go into a message.
 ERROR_LINES, ERROR_CHARS = 12, 1500
@@ -58,7 +58,7 @@ class Message:
 
     @property
     def failing(self) -> bool:
-        return self.event in ("FAILED", "TIMED_OUT", "LOST", "MISSED")
+        return self.event in ("FAILED", "TIMED_OUT", "LOST", "MISSED", "UPSTREAM")
 
     def facts(self) -> list[tuple[str, str]]:
         """(label, value) pairs, in the order a person reads them."""

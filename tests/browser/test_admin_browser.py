@@ -83,8 +83,9 @@ def test_the_dashboard_shows_badges_charts_and_schedules(page: Page, live_server
     page.click("#toggle-nav-sidebar")  # more room for the table, as a person would
     rows = page.locator("#result_list tbody tr")
     expect(rows).to_have_count(CronJob.objects.count())
-    expect(page.locator("svg.cron-chart").first).to_be_in_viewport()
     report = rows.filter(has_text="nightly-report")
+    report.locator("svg.cron-chart").scroll_into_view_if_needed()  # a person scrolls down; nothing sideways
+    expect(report.locator("svg.cron-chart")).to_be_in_viewport()
     expect(report.locator(".cron-badge")).to_have_text("failed")
     expect(report).to_contain_text("every day at 02:00")
     expect(report.locator("svg.cron-chart rect")).to_have_count(9)
@@ -227,3 +228,37 @@ def test_the_upcoming_page_from_the_dashboard(page: Page, live_server: Any) -> N
     page.screenshot(path=str(SHOTS / "upcoming.png"), full_page=True)
     rows.filter(has_text="tick-2s").first.get_by_role("link", name="tick-2s").click()
     expect(page).to_have_url(re.compile(r"/admin/cron_celery/cronexecution/\?job=\d+$"))
+
+
+def test_a_one_off_run_scheduled_shown_and_cancelled_in_the_admin(page: Page, live_server: Any) -> None:
+    """The dashboard's action records a one-off run at a time typed in; the next-slot column and
+    the Upcoming page show it; the history's action cancels it. A job whose window has ended says so."""
+    ids = seed()
+    CronJob.objects.filter(id=ids["tick-2s"]).update(active_until=dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5))
+    at = (dt.datetime.now(dt.UTC) + dt.timedelta(minutes=20)).replace(second=30, microsecond=0)
+    page.goto(f"{live_server.url}/admin/cron_celery/cronjob/")
+    page.locator(f"input[name=_selected_action][value='{ids['calc-commission']}']").check()
+    page.select_option("select[name=action]", "schedule_one_off")
+    page.click("button[name=index]")
+    page.fill("#id_at", at.strftime("%Y-%m-%d %H:%M:%S"))
+    page.screenshot(path=str(SHOTS / "one-off-form.png"), full_page=True)
+    page.click("input[name=apply]")
+    expect(page.locator(".messagelist")).to_contain_text("one-off run at")
+    row = page.locator("#result_list tbody tr", has_text="calc-commission")
+    expect(row).to_contain_text("one-off")
+    expect(row).to_contain_text(at.strftime("%H:%M:%S UTC"))
+    expect(page.locator("#result_list tbody tr", has_text="tick-2s")).to_contain_text("window ended")
+    page.screenshot(path=str(SHOTS / "dashboard-one-off.png"), full_page=True)
+    execution = CronExecution.objects.get(job_id=ids["calc-commission"], trigger=Trigger.ONE_OFF)
+    page.goto(f"{live_server.url}/admin/cron_celery/cronjob/upcoming/")
+    expect(page.locator("#upcoming")).to_contain_text(f"one-off run (execution {execution.id})")
+    expect(page.locator("#upcoming")).not_to_contain_text("tick-2s")  # no slots once its window ended
+    page.screenshot(path=str(SHOTS / "upcoming-one-off.png"), full_page=True)
+    page.goto(f"{live_server.url}/admin/cron_celery/cronexecution/?trigger__exact=ONE_OFF")
+    page.locator(f"input[name=_selected_action][value='{execution.id}']").check()
+    page.select_option("select[name=action]", "cancel_one_off")
+    page.click("button[name=index]")
+    expect(page.locator(".messagelist")).to_contain_text("1 one-off run(s) cancelled")
+    execution.refresh_from_db()
+    assert (execution.status, execution.skip_reason) == (Status.SKIPPED, "CANCELLED")
+    page.screenshot(path=str(SHOTS / "history-one-off-cancelled.png"), full_page=True)

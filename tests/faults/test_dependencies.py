@@ -1,5 +1,7 @@
 """``after=`` on real workers: a downstream slot runs once when its upstream jobs succeeded in it,
-even when the worker that wrote the last upstream's success dies before sending it."""
+even when the worker that wrote the last upstream's success dies before sending it; and the alert
+of a downstream job declared with ``alert_on_upstream=True`` is not lost when the worker that wrote
+its upstream's failure dies right after the commit."""
 
 from __future__ import annotations
 
@@ -7,10 +9,11 @@ import datetime as dt
 
 import pytest
 
-from cron_celery.models import CronExecution, Status, Trigger
+from cron_celery.models import Alert, AlertStatus, CronExecution, SkipReason, Status, Trigger
 from tests.conftest import marked, wait_for
 from tests.faults.test_retries import broker, enqueue, settled, started  # noqa: F401 (fixtures)
 from tests.jobsapp import jobs_chain as jobs
+from tests.servers import HttpServer
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -49,3 +52,39 @@ def test_a_worker_killed_between_the_last_upstreams_success_and_the_send_still_r
     assert CronExecution.objects.filter(task_code="C103").count() == 1
     bodies = [line.split()[0] for line in marked(marker)]
     assert (bodies.count("chain-extract"), bodies.count("chain-transform"), bodies.count("chain-load")) == (1, 1, 1)
+
+
+def test_a_worker_killed_right_after_an_upstreams_failure_commits_loses_no_downstream_alert(
+        started, broker, marker):  # noqa: F811
+    """chain-fails fails; its worker dies (its whole process group) right after the failure was
+    committed and announced — chain-after-fails' skip and its UPSTREAM alert were written in that
+    same transaction. Another worker delivers the alert: once, naming the skipped execution."""
+    from cron_celery import dependencies
+
+    dependencies.sync([jobs.chain_fails.job, jobs.chain_after_fails.job])
+    hook = HttpServer().start()
+    dying = started(pool="solo", CRON_TEST_DIE_AFTER_UPSTREAM_FAILURE="1", CRON_TEST_WEBHOOK_URL=hook.url,
+                    CRON_TEST_VISIBILITY_TIMEOUT="3")
+    failed_id = enqueue(jobs.chain_fails, broker, SLOT)
+    assert dying.proc is not None
+    dying.proc.wait(timeout=60)
+    assert CronExecution.objects.get(id=failed_id).status == Status.FAILED
+    (skipped,) = CronExecution.objects.filter(task_code="C105")
+    assert (skipped.status, skipped.skip_reason, skipped.upstream_execution_id) == (
+        Status.SKIPPED, SkipReason.UPSTREAM, failed_id)
+    assert list(Alert.objects.filter(execution_id=skipped.id).values_list("event", "channel")) == [
+        ("UPSTREAM", "webhook")]
+    started(pool="solo", CRON_TEST_RECONCILE_INTERVAL="1", CRON_TEST_PENDING_GRACE="3",
+            CRON_TEST_VISIBILITY_TIMEOUT="3", CRON_TEST_WEBHOOK_URL=hook.url)
+    wait_for(lambda: Alert.objects.filter(execution_id=skipped.id, status=AlertStatus.SENT).exists(), timeout=90,
+             what="the downstream's UPSTREAM alert to be delivered")
+    wait_for(lambda: Alert.objects.filter(execution_id=failed_id, status=AlertStatus.SENT).exists(), timeout=60,
+             what="the upstream's own alert to be delivered")
+    hook.stop()
+    bodies = [request.json() for request in hook.received()]
+    upstream = [body for body in bodies if body["event"] == "UPSTREAM"]
+    assert [(body["job"], body["execution_id"], body["status"], body["error_code"]) for body in upstream] == [
+        ("chain-after-fails", skipped.id, "SKIPPED", "UPSTREAM")]
+    assert f"execution {failed_id}, ended FAILED: RuntimeError: the source is down" in upstream[0]["error"]
+    assert [body["execution_id"] for body in bodies if body["event"] == "FAILED"] == [failed_id]
+    assert [line.split()[0] for line in marked(marker)].count("chain-fails") == 1  # run once, never again

@@ -231,3 +231,13 @@ from tests.jobsapp import (  # noqa: E402
 
 __all__ = ["jobs_buffer", "jobs_chain", "jobs_database", "jobs_edits", "jobs_leader", "jobs_leases", "jobs_results",
            "jobs_routing"]
+
+
+# Active windows and one_off (tests/faults/test_windows.py): a one-second job whose window is
+# CRON_TEST_WINDOW's two epoch seconds, and a two-second job the test makes one_off in the admin.
+if os.environ.get("CRON_TEST_WINDOW"):
+    _opens, _closes = (dt.datetime.fromtimestamp(float(value), dt.UTC)
+                       for value in os.environ["CRON_TEST_WINDOW"].split(","))
+    _ticker("windowed", "W01", 1, pattern="always", overlap="allow", catch_up="all", active_from=_opens,
+            active_until=_closes)
+    _ticker("once-only", "W02", 2, pattern="always", overlap="allow")

@@ -35,6 +35,7 @@ class Command(BaseCommand):
         except exceptions.CronCeleryError as error:
             raise CommandError(str(error)) from None
         skipped = f", {len(plan.done)} already ran" if plan.done else ""
+        skipped += f", {plan.outside} outside the job's active window left out" if plan.outside else ""
         if options["dry_run"]:
             for slot in plan.slots:
                 self.stdout.write(f"{job.name} {_show(slot)}")

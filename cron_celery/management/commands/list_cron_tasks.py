@@ -4,13 +4,14 @@ could not be sent, does not hide what happened to the latest slot)."""
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from django.core.management.base import BaseCommand
 from django.db import connection
 from django.utils import timezone
 
-from cron_celery import enums, models, registry
+from cron_celery import enums, models, oneoffs, registry
 
 EXE, JOB = models.CronExecution._meta.db_table, models.CronJob._meta.db_table
 
@@ -36,6 +37,18 @@ def outcome(status: str, skip_reason: str) -> str:
     return f"SKIPPED ({reasons[skip_reason]})" if skip_reason in reasons else "SKIPPED"
 
 
+def next_cell(state: models.CronJob | None, upcoming: dt.datetime | None, ended: bool,
+              one_off: dt.datetime | None) -> str:
+    """NEXT SLOT: the next slot, a one-off run when it comes first, "window ended", or "paused"."""
+    if one_off is not None and (upcoming is None or ended or one_off < upcoming or (state and state.paused)):
+        return f"one-off {one_off:%Y-%m-%d %H:%M}Z"
+    if state is not None and state.paused:
+        return "paused"
+    if ended:
+        return "window ended"
+    return f"{upcoming:%Y-%m-%d %H:%M}Z" if upcoming else "-"
+
+
 class Command(BaseCommand):
     help = "List the registered cron jobs with their schedule, policies, next slot and last execution."
 
@@ -48,6 +61,7 @@ class Command(BaseCommand):
             cursor.execute(LATEST, [[job.code for job in jobs]])
             latest = {code: (slot, outcome(status, reason)) for code, slot, status, reason in cursor.fetchall()}
         rows_by_code = {row.code: row for row in models.CronJob.objects.filter(code__in=[job.code for job in jobs])}
+        one_offs = oneoffs.next_by_job([row.id for row in rows_by_code.values()])
         now = timezone.now()
         header = ("NAME", "CODE", "SCHEDULE", "PATTERN", "OVERLAP", "TIMEZONE", "NEXT SLOT", "LATEST SLOT",
                   "ITS OUTCOME")
@@ -59,6 +73,9 @@ class Command(BaseCommand):
             upcoming = job.next_slot(now)
             if state is not None and state.schedule:  # the schedule in effect (it may be edited in the admin)
                 schedule, upcoming = state.schedule, state.next_run_at
+            ended = state is not None and state.active_until is not None and upcoming is not None \
+                and upcoming >= state.active_until
+            one_off = one_offs.get(state.id) if state is not None else None
             rows.append((
                 job.name,
                 job.code,
@@ -66,7 +83,7 @@ class Command(BaseCommand):
                 job.pattern.value,
                 job.overlap.value,
                 job.timezone,
-                "paused" if state is not None and state.paused else f"{upcoming:%Y-%m-%d %H:%M}Z" if upcoming else "-",
+                next_cell(state, upcoming, ended, one_off),
                 f"{slot:%Y-%m-%d %H:%M}Z" if slot else "-",
                 status,
             ))

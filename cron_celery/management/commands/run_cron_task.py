@@ -1,4 +1,4 @@
-"""``manage.py run_cron_task NAME [DATE] [--at TIME] [--force] [--rerun] [--cascade] [--enqueue]``."""
+"""``manage.py run_cron_task NAME [DATE] [--at TIME] [--force] [--rerun] [--cascade] [--enqueue | --schedule]``."""
 
 from __future__ import annotations
 
@@ -63,14 +63,26 @@ class Command(BaseCommand):
                             help="when the run succeeds, run the slot of the jobs declared after= it again too")
         parser.add_argument("--enqueue", action="store_true",
                             help="send the run to the Celery workers instead of running it here")
+        parser.add_argument("--schedule", action="store_true",
+                            help="record a one-off run at --at (a future time) that the beat sends to the "
+                                 "workers then, once; cancel it in the admin's history")
 
     def fail(self, message: str, code: int = EXIT_FAILED) -> CommandError:
         return CommandError(message.splitlines()[0] if message else "failed", returncode=code)
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["schedule"]:
+            together = [f"--{name}" for name in ("enqueue", "rerun", "cascade") if options[name]]
+            if together or not options["at"]:
+                raise self.fail(f"--schedule cannot be combined with {', '.join(together)}: a one-off run is a new "
+                                "run at a time of its own." if together else
+                                "--schedule needs --at, the time of the one-off run (e.g. --at 2026-12-01T18:00).")
         try:
             job = registry.get(options["job"])
             slot = schedule_sync.slot_for(job, options["date"], options["at"])
+            if options["schedule"]:
+                self._schedule(job, slot, force=options["force"])
+                return
         except exceptions.CronCeleryError as exc:
             raise self.fail(str(exc)) from None
         if options["enqueue"]:
@@ -113,6 +125,15 @@ class Command(BaseCommand):
             return
         first = outcome.message.splitlines()[0] if outcome.message else ""
         raise self.fail(f"{label} {outcome.status.lower()} {where}: {first[:500]}")
+
+    def _schedule(self, job: registry.Job, at: dt.datetime, *, force: bool) -> None:
+        recorded = tasks.schedule_one_off(job, at, force=force)
+        local = at.astimezone(job.tzinfo)
+        self.stdout.write(self.style.SUCCESS(
+            f"{job.name}: one-off run recorded for {schedules.iso(at)} ({local:%Y-%m-%d %H:%M %Z} in {job.timezone}), "
+            f"execution {recorded.execution_id}; the beat sends it then. Cancel it in the admin's history "
+            "(action 'Cancel one-off runs not sent yet')."
+        ))
 
     def _enqueue(self, job: registry.Job, slot: dt.datetime, *, force: bool, rerun: bool, cascade: bool) -> None:
         try:
