@@ -345,20 +345,24 @@ class Scheduler(DatabaseScheduler):  # type: ignore[misc]
             if next_at is None or next_at > now:
                 ahead = (next_at - now).total_seconds() if next_at is not None else self.tick_seconds
                 return min(self.tick_seconds, ahead)
-            self.published += self.send_one_offs(now)
+            one_offs = self.send_one_offs(now)
+            self.published += one_offs
             due = dispatch.due_jobs(now, limit=conf.settings.BEAT_BATCH)
+            if not due and not one_offs:  # what was due is being taken elsewhere (a row another beat holds)
+                return self.tick_seconds
             plans: dict[PlanKey, schedules.CatchUpPlan | None] = {}
             problems: dict[int, str] = {}
             decisions = [decision for row in due if (decision := self.plan(row, now, plans, problems)) is not None]
             if problems:  # no longer due: they would come back every round, ahead of the others
                 schedule_problems.set_aside(problems)
             began = time.monotonic()
-            _advanced, to_publish, missed = dispatch.dispatch_many(decisions)
+            advanced, to_publish, missed = dispatch.dispatch_many(decisions)
             by_id = {row.job_id: row for row in due}
             sent = self.publish(by_id, to_publish)
             self.published += sent
             if missed:  # alerts for the outage, one per job
-                outcomes.missed(repairs.newest_missed([d.job_id for d in decisions if d.missed]))
+                outcomes.missed(repairs.newest_missed([d.job_id for d in decisions
+                                                       if d.missed and d.job_id in advanced]))
             log_round(by_id, decisions, sent, missed, time.monotonic() - began)
             # django-celery-beat's "last run" of the periodic tasks: a courtesy, never in the way.
             # Counts it could not write (a row held by an admin's save) are written next round.

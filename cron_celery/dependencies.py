@@ -179,6 +179,7 @@ def undecided(batch: int, grace: float, horizon_hours: float = 1) -> list[int]:
                 JOIN {JOB} AS down ON down.id = d.downstream_id
                 JOIN {EXE} AS u ON u.job_id = d.upstream_id
                 WHERE u.completed AND u.ended > now() - make_interval(hours => %s)
+                  AND u.skip_reason NOT IN ('ALREADY_RAN', 'ALREADY_RUNNING', 'CANCELLED')  -- they decide nothing
                   AND u.ended < now() - make_interval(secs => %s) AND u.ended > down.created_at
                   AND NOT EXISTS (SELECT 1 FROM {EXE} AS x WHERE x.job_id = d.downstream_id AND x.slot = u.slot)
                 ORDER BY u.id LIMIT %s) AS e

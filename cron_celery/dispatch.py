@@ -181,10 +181,15 @@ def dispatch_many(
     columns: list[list[Any]] = [list(column) for column in zip(*slot_rows, strict=True)] or [[] for _ in range(7)]
     lasts = [d.job_id for d in decisions if d.last]
     with transaction.atomic() if lasts else contextlib.nullcontext(), connection.cursor() as cursor:
-        if lasts:  # the periodic tasks first, as an admin's save locks them: then the job rows
+        if lasts:
+            # The periodic tasks first, as an admin's save locks them, then the job rows; a sync locks
+            # them the other way round, so this round gives way rather than wait: past COUNT_LOCK_WAIT
+            # it fails whole (nothing written, nothing sent) and the next tick plans it again.
+            cursor.execute(f"SET LOCAL lock_timeout = '{COUNT_LOCK_WAIT}'")
             cursor.execute(
-                f"SELECT task.id FROM {PERIODIC_TASK} AS task JOIN {JOB} AS job ON job.periodic_task_id = task.id"
-                " WHERE job.id = ANY(%s) ORDER BY task.id FOR UPDATE OF task", [lasts])
+                f"SELECT job.id FROM {PERIODIC_TASK} AS task JOIN {JOB} AS job ON job.periodic_task_id = task.id"
+                " WHERE job.id = ANY(%s) AND task.one_off ORDER BY task.id FOR UPDATE OF task", [lasts])
+            lasts = [int(row[0]) for row in cursor.fetchall()]  # still one_off now that they are held
         cursor.execute(
             f"""
             WITH decided AS (
@@ -202,7 +207,10 @@ def dispatch_many(
                     AS s(job_id, slot, execution_date, status, trigger, celery_task_id, due_at)
             ), inserted AS (
                 INSERT INTO {EXE} ({executions.INSERT_COLUMNS}, due_at)
-                SELECT s.job_id, a.code, a.name, s.slot, s.execution_date, 1, s.status, s.trigger, '',
+                SELECT s.job_id, a.code, a.name, s.slot, s.execution_date,
+                       -- run 1, unless a one-off run recorded ahead holds the instant (then after it)
+                       coalesce((SELECT max(o.run_number) + 1 FROM {EXE} AS o WHERE o.job_id = s.job_id
+                                 AND o.slot = s.slot AND o.trigger = 'ONE_OFF'), 1), s.status, s.trigger, '',
                        false, now(), NULL, CASE WHEN s.status = %s THEN now() END, s.status = %s, NULL,
                        CASE WHEN s.status = %s THEN %s ELSE '' END, '', '', 0, s.celery_task_id, '',
                        NULL, NULL, NULL, '[]'::jsonb, s.due_at

@@ -30,7 +30,18 @@ from typing import Any
 
 from django.db import transaction
 
-from cron_celery import dependencies, enums, events, exceptions, finishes, jobs, oneoffs, registry, repairs
+from cron_celery import (
+    dependencies,
+    dispatch,
+    enums,
+    events,
+    exceptions,
+    finishes,
+    jobs,
+    oneoffs,
+    registry,
+    repairs,
+)
 
 S = enums.Status
 
@@ -174,6 +185,17 @@ def decided_late(batch: int, grace: float) -> list[int]:
             below = _record_all(_as_events(dependencies.skipped_below(decided, written_now=True)))
     _announce_all(below)
     return decided
+
+
+def unsent(job: registry.Job, execution_id: int, message: str) -> None:
+    """``dispatch.abandon`` (a PENDING execution whose message the broker refused, closed FAILED
+    ``PUBLISH_FAILED``): the downstream slots that closing skipped are recorded in its transaction
+    and announced after it, like any upstream's end. The execution itself alerts nobody: the
+    person or process that asked was told at once."""
+    with transaction.atomic() if _may_skip_below(job, S.FAILED) else contextlib.nullcontext():
+        dispatch.abandon(execution_id, message)
+        below = _record_all(_skipped_below(job, execution_id, S.FAILED))
+    _announce_all(below)
 
 
 def cancelled(execution_ids: list[int], by: str) -> list[oneoffs.Cancelled]:

@@ -87,8 +87,13 @@ def _iso_or_none(moment: dt.datetime | None) -> str:
 
 
 def _window_fields(job: registry.Job) -> dict[str, object]:
-    """The code's active window, in the periodic task's own columns (where the admin edits it)."""
-    return {"start_time": job.active_from, "expires": job.active_until}
+    """The code's active window, in the periodic task's own columns (where the admin edits it).
+    django-celery-beat refuses ``expires`` beside ``expire_seconds`` (a message expiry, not a window):
+    a declared end clears it."""
+    fields: dict[str, object] = {"start_time": job.active_from, "expires": job.active_until}
+    if job.active_until is not None:
+        fields["expire_seconds"] = None
+    return fields
 
 
 def task_name_for(job: registry.Job) -> str:
@@ -340,6 +345,14 @@ def note_downstream(edited: list[int] | None = None) -> None:
             logger.warning("cron job %s: %s", name, problem)
         else:
             logger.info("cron job %s: its upstream jobs share one schedule again", name)
+
+
+def runs_at(job: registry.Job, slot: dt.datetime) -> bool:
+    """Whether the beat would run this slot of the job as things stand: the job is not paused and
+    the slot is inside its active window (the row's, as the admin left it)."""
+    row = models.CronJob.objects.filter(code=job.code).values_list("paused", "active_from", "active_until").first()
+    paused, opens, closes = row or (False, job.active_from, job.active_until)
+    return not paused and (opens is None or slot >= opens) and (closes is None or slot < closes)
 
 
 def slot_for(job: registry.Job, day: str | None = None, at: str | None = None) -> dt.datetime:

@@ -22,6 +22,7 @@ from cron_celery import (
     groups,
     jobs,
     oneoffs,
+    outcomes,
     registry,
     runs,
     schedule_sync,
@@ -116,7 +117,7 @@ def send_run(job: registry.Job, slot: dt.datetime, trigger: str, *, force: bool 
         result = publish(current_app, job.task_name, headers(execution_id, slot, trigger, force=force, rerun=rerun))
     except Exception as exc:
         # Nothing was sent: close the PENDING row so it does not block the slot.
-        dispatch.abandon(execution_id, f"Could not send the run to the broker: {exc}")
+        outcomes.unsent(job, execution_id, f"Could not send the run to the broker: {exc}")
         raise exceptions.PublishFailed(f"({type(exc).__name__}: {exc})") from None
     dispatch.set_celery_task_id(execution_id, result.id)
     return Sent(execution_id=execution_id, run_number=run_number, celery_task_id=str(result.id))
@@ -125,13 +126,16 @@ def send_run(job: registry.Job, slot: dt.datetime, trigger: str, *, force: bool 
 def schedule_one_off(job: registry.Job, at: dt.datetime, *, force: bool = False) -> oneoffs.Recorded:
     """Record a one-off run of ``job`` at ``at`` for the beat to send then (``oneoffs``): the
     ``--schedule`` of ``run_cron_task``, the admin and the run endpoint. Raises ``OneOffRefused``
-    saying what to do instead: ``at`` is past, a slot of the job's own schedule (it runs then anyway),
-    or already holds a one-off of the job waiting to be sent."""
-    schedule = schedule_sync.slots_of(job).schedule
-    if schedule is not None and schedule.next_after(at - dt.timedelta(microseconds=1)) == at:
+    saying what to do instead: ``at`` is past, a slot the job's schedule in effect runs anyway (not
+    paused, inside its window), or already holds a one-off of the job waiting to be sent. ``at`` is
+    read as ``run_cron_task --at`` reads it (a naive time in the job's timezone; whole seconds)."""
+    at = schedules.parse_slot(at, job.tzinfo)
+    schedule = (schedule_sync.slots_of(job) if job.after else schedule_sync.in_effect(job)).schedule
+    if schedule is not None and schedule.next_after(at - dt.timedelta(microseconds=1)) == at \
+            and schedule_sync.runs_at(job, at):
         raise exceptions.OneOffRefused(
-            f"it is a slot of the job's own schedule ({schedule}), so it runs then anyway; choose another "
-            "minute (or send a run now with --enqueue).", job=job.name, at=schedules.iso(at))
+            f"it is a slot the job's schedule in effect runs anyway ({schedule}); choose another minute "
+            "(or send a run now with --enqueue).", job=job.name, at=schedules.iso(at))
     try:
         return oneoffs.record(job, jobs.job_id(job), at, force=force)
     except ValueError as error:

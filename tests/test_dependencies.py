@@ -677,3 +677,18 @@ def test_a_failed_run_looks_for_skipped_downstream_executions_only_when_a_job_ru
     with CaptureQueriesContext(connection) as upstream:
         assert runs.execute(jobs_["up"][0], SLOT, _raise, trigger=Trigger.MANUAL).status == Status.FAILED
     assert [q for q in upstream if "upstream_execution_id" in q["sql"]]
+
+
+def test_a_run_the_broker_refused_skips_the_slot_below_it_and_says_so(declare, skipped_signals):
+    """``send_run`` closes a PENDING upstream execution the broker refused (FAILED, PUBLISH_FAILED):
+    the trigger skips the downstream slot, and that skip is announced like any other upstream's end
+    (before: no ``execution_skipped`` for it, the closing went past ``outcomes``)."""
+    jobs_ = chain(declare)
+    extract, extract_id = jobs_["extract"]
+    execution_id, _number = dispatch.enqueue(job=extract, job_id=extract_id, slot=SLOT,
+                                             execution_date=SLOT.date(), trigger=Trigger.ENQUEUE)
+    outcomes.unsent(extract, execution_id, "Could not send the run to the broker: refused")
+    assert row(execution_id).error_code == "PUBLISH_FAILED"
+    skipped = {r.task_name: r.skip_reason for r in CronExecution.objects.filter(slot=SLOT, status=Status.SKIPPED)}
+    assert skipped == {"dep-load": SkipReason.UPSTREAM, "dep-report": SkipReason.UPSTREAM}
+    assert sorted(s["sender"] for s in skipped_signals) == ["dep-load", "dep-report"]

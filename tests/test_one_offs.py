@@ -16,7 +16,7 @@ from django.db import connection, connections
 
 from cron_celery import exceptions, health, oneoffs, outcomes, registry, repairs, signals, tasks
 from cron_celery import jobs as job_rows
-from cron_celery.models import CronExecution, SkipReason, Status, Trigger
+from cron_celery.models import CronExecution, CronJob, SkipReason, Status, Trigger
 from tests.conftest import manage
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -81,8 +81,9 @@ def test_a_one_off_not_due_yet_is_not_taken_and_the_beats_idle_query_sees_it():
     at = soon()
     tasks.schedule_one_off(job, at)
     assert oneoffs.take_due(dt.datetime.now(dt.UTC), 100) == []
+    assert not CronJob.objects.exclude(due_at=None).exists()  # no slot of any job comes first
     next_at, _edited, _now = dispatch.next_due()
-    assert next_at is not None and next_at <= at  # the beat wakes for it (or an earlier slot)
+    assert next_at == at  # the beat wakes for it
     (taken,) = oneoffs.take_due(at, 100)
     assert (taken.slot, taken.task, taken.force) == (at, job.task_name, False)
 
@@ -203,6 +204,32 @@ def test_the_upcoming_page_lists_a_one_off_due_within_the_hour(admin_client):
     recorded = tasks.schedule_one_off(job, soon(600))
     page = admin_client.get(f"{DASHBOARD}upcoming/").content.decode()
     assert f"one-off run (execution {recorded.execution_id})" in page
+
+
+def test_a_one_off_on_an_instant_the_schedule_reaches_later_never_swallows_the_beats_slot():
+    """A one-off is refused at a slot the beat runs anyway; one recorded before an edit moved the
+    schedule onto its instant, or while the job was paused, then cancelled, leaves the beat's slot
+    whole: it is recorded after the one-off (run 2) and sent."""
+    from cron_celery import beat, dispatch, schedule_sync
+
+    job = registry.get("tick-2s")
+    schedule_sync.sync()
+    at = soon()  # an even second: a slot of the every-2-seconds schedule
+    with pytest.raises(exceptions.OneOffRefused, match="a slot the job's schedule in effect runs anyway"):
+        tasks.schedule_one_off(job, at)
+    CronJob.objects.filter(code=job.code).update(paused=True)
+    recorded = tasks.schedule_one_off(job, at.replace(tzinfo=None))  # naive: the job's timezone (UTC)
+    assert recorded.at == at
+    outcomes.cancelled([recorded.execution_id], "ops")
+    CronJob.objects.filter(code=job.code).update(paused=False, next_run_at=at)
+    (due,) = [row for row in dispatch.due_jobs(at) if row.name == job.name]
+    decision = beat.plan(due, at, {}, {})
+    assert decision is not None and decision.run == [at]
+    _advanced, published, _missed = dispatch.dispatch_many([decision])
+    assert [(item.slot, item.trigger) for item in published] == [(at, Trigger.BEAT)]
+    rows = list(CronExecution.objects.filter(task_name=job.name, slot=at).order_by("run_number")
+                .values_list("run_number", "trigger", "status"))
+    assert rows == [(1, Trigger.ONE_OFF, Status.SKIPPED), (2, Trigger.BEAT, Status.PENDING)]
 
 
 def test_a_one_off_recorded_with_force_carries_it_to_its_message():

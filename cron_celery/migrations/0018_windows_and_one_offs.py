@@ -16,6 +16,7 @@ import importlib
 from django.db import migrations, models
 
 JOB = "cron_celery_cronjob"
+EXE = "cron_celery_cronexecution"
 TASK = "django_celery_beat_periodictask"
 
 _DEPENDENCIES = importlib.import_module("cron_celery.migrations.0017_dependencies")
@@ -68,7 +69,13 @@ UPDATE {JOB} SET active_from = task.start_time, active_until = task.expires, one
    AND (task.start_time IS NOT NULL OR task.expires IS NOT NULL OR task.one_off);
 """
 
+# Back below 0018: a one-off not sent yet would look stranded to the older reconciler and go out at
+# once, so it is cancelled (while CANCELLED still decides nothing downstream); a job whose window
+# kept its due_at empty or late gets it back from next_run_at once the older trigger is in place.
 BACKWARD = f"""
+UPDATE {EXE} SET status = 'SKIPPED', skip_reason = 'CANCELLED', completed = true, ended = now(),
+       message = 'Cancelled before it was sent: cron_celery was migrated back below 0018.'
+ WHERE trigger = 'ONE_OFF' AND status = 'PENDING' AND celery_task_id = '';
 CREATE OR REPLACE FUNCTION cron_celery_job_due() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     NEW.due_at := NEW.next_run_at + make_interval(secs => NEW.jitter_ms / 1000.0);
@@ -79,6 +86,7 @@ CREATE TRIGGER cron_celery_job_due BEFORE INSERT OR UPDATE OF next_run_at, jitte
     FOR EACH ROW EXECUTE FUNCTION cron_celery_job_due();
 {_task_trigger("")}
 {_after(_SKIPS_KNOWN)}
+UPDATE {JOB} SET due_at = NULL WHERE active_from IS NOT NULL OR active_until IS NOT NULL;
 """
 
 
