@@ -23,9 +23,11 @@ upstream alerts once per outage) do not alert it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import functools
+import json
 import logging
 from typing import Any
 
@@ -33,7 +35,7 @@ from celery import shared_task
 from django.db import connection, transaction
 from django.utils.module_loading import import_string
 
-from cron_celery import conf, enums, events, exceptions, models, registry
+from cron_celery import conf, enums, events, exceptions, models, params, registry
 from cron_celery.notifiers import sentry as notifiers_sentry
 from cron_celery.notifiers.base import Channel, Message
 
@@ -53,7 +55,8 @@ BUILT_IN = {
 }
 #: Which ``NOTIFICATIONS`` list names the channels of each event.
 KIND = {E.FAILED: "on_failure", E.TIMED_OUT: "on_failure", E.LOST: "on_failure", E.MISSED: "on_failure",
-        E.RECOVERED: "on_recovery", E.SUCCEEDED: "on_success", E.UPSTREAM: "on_failure"}
+        E.RECOVERED: "on_recovery", E.SUCCEEDED: "on_success", E.UPSTREAM: "on_failure", E.LATE: "on_failure",
+        E.LONG_RUNNING: "on_failure", E.TOO_FAST: "on_failure"}
 #: The upstream outcomes whose skip of a downstream slot alerts a job declared with
 #: ``alert_on_upstream=True`` (event UPSTREAM): the failures.
 UPSTREAM_FAILURES = frozenset({S.FAILED, S.TIMED_OUT, S.LOST})
@@ -206,6 +209,49 @@ def record(*, job: registry.Job | None, job_id: int, execution_id: int, status: 
     return Recorded(events=alerted, alert_ids=ids, recovered=recovered)
 
 
+def too_fast(ended: events.Ended) -> bool:
+    """A success whose body took less than its job's ``min_runtime`` (a job that silently did nothing)."""
+    return (ended.status == S.SUCCEEDED and ended.job is not None and ended.job.min_runtime is not None
+            and ended.runtime is not None and ended.runtime < ended.job.min_runtime)
+
+
+def _write(execution_ids: list[int], job_ids: list[int], event: str, channels: list[str],
+           facts: list[dict[str, Any]] | None = None) -> tuple[int, ...]:
+    """Alert rows of one event, (execution, job, channel) each, with what each was decided on
+    (``facts``); those written before are left alone."""
+    if not channels:
+        return ()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            INSERT INTO {ALERT} (execution_id, job_id, event, channel, status, attempts, last_error, facts)
+            SELECT r.execution_id, r.job_id, %s, r.channel, 'PENDING', 0, '', r.facts::jsonb
+            FROM unnest(%s::bigint[], %s::bigint[], %s::text[], %s::text[]) AS r(execution_id, job_id, channel, facts)
+            ON CONFLICT (execution_id, event, channel) DO NOTHING
+            RETURNING id
+            """,
+            [event, execution_ids, job_ids, channels,
+             [json.dumps(item) for item in facts] if facts is not None else ["{}"] * len(channels)],
+        )
+        ids = tuple(int(found[0]) for found in cursor.fetchall())
+    if ids:
+        transaction.on_commit(lambda: send_soon(ids))
+    return ids
+
+
+def record_timing(flagged: list[tuple[int, int, str, dt.datetime]], event: str) -> tuple[int, ...]:
+    """The LATE or LONG_RUNNING alert rows of executions the reconciler just marked ((execution id,
+    job row id, task name, since) each: since = when it was due, or when its attempt started): one
+    per failure channel of each job. Call it in the transaction of the mark (``timing``), so a pass
+    killed between the two writes leaves neither."""
+    key = "due" if event == E.LATE else "started"
+    rows = [(execution_id, job_id, name, {key: since.isoformat()})
+            for execution_id, job_id, task_name, since in flagged
+            for name in _deliverable(registry.by_task_name(task_name), event)]
+    return _write([row[0] for row in rows], [row[1] for row in rows], event, [row[2] for row in rows],
+                  [row[3] for row in rows])
+
+
 def upstream_failed(ended: events.Ended) -> bool:
     """A downstream slot skipped because an upstream failed, of a job that wants to hear of it."""
     return (ended.status == S.SKIPPED and ended.error_code == enums.SkipReason.UPSTREAM
@@ -217,22 +263,8 @@ def record_upstream(*, job: registry.Job | None, job_id: int, execution_id: int)
     """Write the UPSTREAM alert rows of a downstream execution skipped because an upstream failed:
     one per failure channel of the job, once per execution; call it inside the transaction that
     wrote the skip (the upstream's final write)."""
-    names = _deliverable(job, E.UPSTREAM)
-    if not names:
-        return NOTHING
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"""
-            INSERT INTO {ALERT} (execution_id, job_id, event, channel, status, attempts, last_error)
-            SELECT %s, %s, %s, r.channel, 'PENDING', 0, '' FROM unnest(%s::text[]) AS r(channel)
-            ON CONFLICT (execution_id, event, channel) DO NOTHING
-            RETURNING id
-            """,
-            [execution_id, job_id, E.UPSTREAM.value, list(names)],
-        )
-        ids = tuple(int(found[0]) for found in cursor.fetchall())
-    if ids:
-        transaction.on_commit(lambda: send_soon(ids))
+    names = list(_deliverable(job, E.UPSTREAM))
+    ids = _write([execution_id] * len(names), [job_id] * len(names), E.UPSTREAM, names)
     return Recorded(events=(E.UPSTREAM,) if ids else (), alert_ids=ids, recovered=False)
 
 
@@ -253,12 +285,16 @@ class Outbox(events.Listener):
     def records(self, ended: events.Ended) -> bool:
         if upstream_failed(ended):
             return bool(_deliverable(ended.job, E.UPSTREAM))
-        return wanted_for(ended.job, ended.status)
+        return wanted_for(ended.job, ended.status) or (too_fast(ended) and bool(_deliverable(ended.job, E.TOO_FAST)))
 
     def record(self, ended: events.Ended) -> None:
         if upstream_failed(ended):
             record_upstream(job=ended.job, job_id=ended.job_id, execution_id=ended.execution_id)
             return
+        if too_fast(ended):
+            names = list(_deliverable(ended.job, E.TOO_FAST))
+            _write([ended.execution_id] * len(names), [ended.job_id] * len(names), E.TOO_FAST, names,
+                   [{"runtime": ended.runtime}] * len(names))
         record(job=ended.job, job_id=ended.job_id, execution_id=ended.execution_id, status=ended.status,
                counted=ended.counted, lost_attempt=ended.lost_attempt)
 
@@ -293,6 +329,8 @@ def message_for(alert: models.Alert) -> Message:
             error_code, error = str(lost[-1].get("error_code") or ""), str(lost[-1].get("message") or "")
     if alert.event == E.UPSTREAM:
         error_code, error = enums.SkipReason.UPSTREAM.value, _upstream_story(execution)
+    elif alert.event in TIMING_EVENTS:
+        error_code, error = alert.event, timing_story(alert.event, execution, alert.facts)
     return Message(
         event=alert.event, job=execution.task_name, code=execution.task_code, slot=execution.slot,
         execution_date=execution.execution_date, execution_id=execution.id, run_number=execution.run_number,
@@ -300,7 +338,93 @@ def message_for(alert: models.Alert) -> Message:
         duration=duration.total_seconds() if duration is not None else None, error_code=error_code,
         error=error, traceback=execution.traceback,
         admin_url=f"{base}/admin/cron_celery/cronexecution/{execution.id}/change/" if base else "",
+        params=_params_said(execution),
     )
+
+
+def _params_said(execution: models.CronExecution) -> str:
+    """The run's parameter values in a line, marked when a person gave them (its own execution)."""
+    stored = execution.params if isinstance(execution.params, dict) else None
+    with contextlib.suppress(exceptions.UnknownJob):  # as the job declares them, when it is declared here
+        stored = params.ordered(registry.get(execution.task_code).parameters, stored)
+    said = params.shown(stored)
+    if len(said) > PARAMS_CHARS:  # a long value must not push a message past a channel's limit
+        said = said[:PARAMS_CHARS] + " …"
+    return f"{said} (given by hand)" if said and execution.params_given else said
+
+
+#: At most this many characters of a run's parameters go into an alert.
+PARAMS_CHARS = 500
+
+
+#: The events of a run's timing (not of its outcome): their message says what was late or long.
+TIMING_EVENTS = frozenset({E.LATE, E.LONG_RUNNING, E.TOO_FAST})
+
+
+def _seconds(value: float) -> str:
+    """A duration as people read it: "0.42 s", "48 s", "4 min 10 s", "2 h 5 min"."""
+    if value < 10:
+        return f"{value:.2f} s"
+    whole = round(value)
+    hours, rest = divmod(whole, 3600)
+    minutes, seconds = divmod(rest, 60)
+    if hours:
+        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    if minutes:
+        return f"{minutes} min {seconds} s" if seconds else f"{minutes} min"
+    return f"{seconds} s"
+
+
+def _utc(moment: dt.datetime) -> str:
+    return moment.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _fact_time(facts: dict[str, Any], key: str, fallback: dt.datetime | None) -> dt.datetime | None:
+    value = facts.get(key)
+    if isinstance(value, str):
+        try:
+            return dt.datetime.fromisoformat(value)
+        except ValueError:
+            pass
+    return fallback
+
+
+def timing_story(event: str, execution: models.CronExecution, facts: dict[str, Any] | None = None) -> str:
+    """What a LATE, LONG_RUNNING or TOO_FAST alert says: what it was decided on (the alert's
+    ``facts``: when the run was due, when its attempt started, how long its body took), and what
+    the execution and its job's row say when it is delivered (a late run that started meanwhile
+    says when)."""
+    job, facts = execution.job, facts or {}
+    if event == E.LATE:
+        due = _fact_time(facts, "due", execution.due_at or execution.created_at)
+        assert due is not None
+        said = (f"Not started {_seconds(job.start_deadline or 0)} after it was due ({_utc(due)}; "
+                f"start_deadline {job.start_deadline or 0:g} s): ")
+        if execution.trigger == enums.Trigger.ONE_OFF and not execution.celery_task_id:
+            said += "no beat has sent this one-off run (is a beat running?)."
+        elif execution.waiting_since is not None:
+            note = (execution.message.strip().splitlines() or [""])[0]
+            said += "it waits for room to run" + (f": {note}" if note else " (overlap or concurrency limit).")
+        else:
+            said += "no worker has taken its message (the queue is backed up, or no worker consumes its queue)."
+        if execution.started is not None:
+            waited = (execution.started - due).total_seconds()
+            said += f" It started at {_utc(execution.started)}, {_seconds(waited)} after it was due."
+        return said
+    if event == E.LONG_RUNNING:
+        began = _fact_time(facts, "started", execution.started)
+        assert began is not None
+        said = (f"Still running {_seconds(job.max_runtime or 0)} after its attempt started at {_utc(began)} "
+                f"(max_runtime {job.max_runtime or 0:g} s), on {execution.worker or 'a worker'}"
+                + (f" (pid {execution.pid})" if execution.pid else "") + ". It is not stopped (time_limit does that).")
+        if execution.ended is not None:
+            said += f" It ended {execution.status} at {_utc(execution.ended)}."
+        return said
+    took = facts.get("runtime")
+    return ("Succeeded faster than its min_runtime of " f"{job.min_runtime or 0:g} s"
+            + (f" (its body took {_seconds(float(took))})" if isinstance(took, int | float) else "")
+            + ": did it do its work? A job that finds nothing to do returns quickly; so does one that "
+              "silently skips it.")
 
 
 def upstream_failure(execution: models.CronExecution, hops: int = 50) -> models.CronExecution | None:
@@ -377,7 +501,7 @@ def deliver(alert_id: int) -> str:
     if claimed is None:
         return "GONE"  # sent already, given up, or being sent by another worker now
     token, attempts = claimed
-    alert = models.Alert.objects.select_related("execution").filter(id=alert_id).first()
+    alert = models.Alert.objects.select_related("execution__job").filter(id=alert_id).first()
     if alert is None:
         return "GONE"  # purged with its execution meanwhile
     error = ""

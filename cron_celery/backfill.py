@@ -68,8 +68,8 @@ def plan(job: registry.Job, start: str | dt.date, end: str | dt.date, *, force: 
             "--limit).", value=f"{first}..{last}")
     if force or not slots:
         return Plan(slots=slots, done=[], cascade=cascade, outside=outside)
-    taken = set(models.CronExecution.objects.filter(
-        task_code=job.code, slot__in=slots,
+    taken = set(models.CronExecution.objects.filter(  # a run with parameters a person gave is not the slot's run
+        task_code=job.code, slot__in=slots, params_given=False,
         status__in=[enums.Status.SUCCEEDED, enums.Status.PENDING, enums.Status.RUNNING, enums.Status.RETRYING],
     ).values_list("slot", flat=True))
     return Plan(slots=[slot for slot in slots if slot not in taken], done=sorted(taken), cascade=cascade,

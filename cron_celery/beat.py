@@ -39,6 +39,7 @@ from pottery import Redlock
 from pottery.exceptions import ExtendUnlockedLock, QuorumIsImpossible, ReleaseUnlockedLock
 
 from cron_celery import (
+    audit,
     checks,
     conf,
     dispatch,
@@ -304,7 +305,8 @@ class Scheduler(DatabaseScheduler):  # type: ignore[misc]
         super().__init__(*args, **kwargs)
 
     def setup_schedule(self) -> None:
-        report = schedule_sync.sync(leadership.database_now())  # first slots after the database's now
+        # First slots after the database's now; the audit log names the beat's start as the source.
+        report = schedule_sync.sync(leadership.database_now(), source=audit.DEPLOY_BEAT)
         logger.info("cron_celery: schedules synced: %s", report)
         schedule_problems.log_outstanding()
         super().setup_schedule()

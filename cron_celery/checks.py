@@ -209,6 +209,13 @@ def check_timing(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMes
         if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
             errors.append(checks.Error(f"CRON_CELERY[{key!r}] must be an integer of at least {minimum}, not {value!r}.",
                                        id="cron_celery.E002"))
+    from cron_celery import registry
+
+    deadline = values.DEFAULT_START_DEADLINE
+    if deadline is not None and not registry.valid_bound(deadline):
+        errors.append(checks.Error(f"CRON_CELERY['DEFAULT_START_DEADLINE'] must be a number of seconds above 0 and at "
+                                   f"most {registry.LONGEST_BOUND:.0e}, or None, not {deadline!r}.",
+                                   id="cron_celery.E002"))
     for key in ("DEFAULT_SOFT_TIME_LIMIT", "DEFAULT_TIME_LIMIT"):
         value = getattr(values, key)
         if value is not None and (not isinstance(value, int | float) or isinstance(value, bool) or value <= 0):
@@ -324,7 +331,7 @@ def check_operations(app_configs: Any = None, **kwargs: Any) -> list[checks.Chec
             value = health.get(key)
             if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
                 error(f"CRON_CELERY['HEALTH'][{key!r}] must be a number of seconds above 0, not {value!r}.")
-    for key in ("RETENTION_DAYS", "ALERT_RETENTION_DAYS"):
+    for key in ("RETENTION_DAYS", "ALERT_RETENTION_DAYS", "AUDIT_RETENTION_DAYS"):
         days = getattr(values, key)
         if days is not None and (not isinstance(days, int) or isinstance(days, bool) or days < 1):
             error(f"CRON_CELERY[{key!r}] must be a whole number of days (1 or more) or None, not {days!r}.")

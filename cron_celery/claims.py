@@ -72,6 +72,7 @@ class Claim:
     skip_reason: str = ""
     status_seen: str = ""  # for DUPLICATE, WAITING, GIVE_UP: the status the execution already had
     blocker: int | None = None  # for WAITING: the live execution it waits for
+    params: dict[str, Any] | None = None  # claimed: the parameter values on the row (what the body runs with)
 
     @property
     def claimed(self) -> bool:
@@ -79,15 +80,20 @@ class Claim:
 
 
 def _slot_state(cursor: Any, job_id: int, slot: dt.datetime, me: int) -> dict[str, Any]:
-    """What the other executions of this slot and job are doing (under the job lock)."""
+    """What the other executions of this slot and job are doing (under the job lock).
+
+    The slot's own state (the first four) leaves out runs with parameters a person gave
+    (``params_given``): such a run is its own execution, never the slot's regular run, so it
+    neither uses the slot up nor keeps it busy. The job's live runs (overlap, limits) count it."""
     cursor.execute(
         f"""
         SELECT
-          bool_or(id <> %(me)s AND slot = %(slot)s AND status = 'SUCCEEDED'),
-          bool_or(id <> %(me)s AND slot = %(slot)s AND status IN ('FAILED', 'TIMED_OUT', 'LOST', 'REVOKED')),
-          bool_or(id <> %(me)s AND slot = %(slot)s AND (status IN ('PENDING', 'RETRYING')
+          bool_or(id <> %(me)s AND slot = %(slot)s AND NOT params_given AND status = 'SUCCEEDED'),
+          bool_or(id <> %(me)s AND slot = %(slot)s AND NOT params_given
+                  AND status IN ('FAILED', 'TIMED_OUT', 'LOST', 'REVOKED')),
+          bool_or(id <> %(me)s AND slot = %(slot)s AND NOT params_given AND (status IN ('PENDING', 'RETRYING')
                   OR (status = 'RUNNING' AND lease_until > now()))),
-          bool_or(id <> %(me)s AND slot = %(slot)s AND status = 'RUNNING'
+          bool_or(id <> %(me)s AND slot = %(slot)s AND NOT params_given AND status = 'RUNNING'
                   AND lease_until <= now()),
           bool_or(id <> %(me)s AND status = 'RUNNING' AND lease_until > now()),
           max(status) FILTER (WHERE id = %(me)s),
@@ -99,7 +105,8 @@ def _slot_state(cursor: Any, job_id: int, slot: dt.datetime, me: int) -> dict[st
           max(id) FILTER (WHERE id <> %(me)s AND status = 'RUNNING' AND lease_until > now()),
           bool_or(id <> %(me)s AND status = 'RUNNING' AND lease_until <= now()),
           count(*) FILTER (WHERE id <> %(me)s AND status = 'RUNNING' AND lease_until > now()),
-          array_agg(id) FILTER (WHERE id <> %(me)s AND status = 'RUNNING' AND lease_until <= now())
+          array_agg(id) FILTER (WHERE id <> %(me)s AND status = 'RUNNING' AND lease_until <= now()),
+          bool_or(id = %(me)s AND params_given)
         FROM {EXE}
         WHERE job_id = %(job)s AND (slot = %(slot)s OR status = 'RUNNING' OR id = %(me)s)
         """,
@@ -107,7 +114,8 @@ def _slot_state(cursor: Any, job_id: int, slot: dt.datetime, me: int) -> dict[st
     )
     row = cursor.fetchone()
     keys = ("succeeded", "failed", "live", "stale", "job_live", "own_status", "own_live", "own_forced",
-            "own_retries", "own_trigger", "own_force", "blocker", "job_stale", "live_count", "stale_ids")
+            "own_retries", "own_trigger", "own_force", "blocker", "job_stale", "live_count", "stale_ids",
+            "own_params_given")
     kept = ("own_status", "own_retries", "own_trigger", "blocker", "live_count", "stale_ids")
     return {key: row[i] if key in kept else (row[i] or False) for i, key in enumerate(keys)}
 
@@ -222,32 +230,39 @@ def begin(
     pid: int | None = None,
     lease_seconds: int = 60,
     lock_busy: bool = False,
+    given: dict[str, Any] | None = None,
+    params_given: bool = False,
 ) -> Claim:
     """Claim the slot for this worker, record a skip, or recognise a duplicate delivery.
 
     With ``execution_id`` (a message from beat or ``--enqueue``) the existing row is
-    claimed; without it a new execution (the next ``run_number``) is inserted.
+    claimed, and runs with the parameter values on it; without it a new execution (the next
+    ``run_number``) is inserted, with ``given`` over the job's scheduled values. A run with
+    parameters a person gave (``params_given``, or such a row) is its own execution: the
+    pattern's slot check passes it by (as a re-run), and other runs' slot checks ignore it; the
+    pause, the overlap and the limits apply to it as to any run.
     ``lock_busy`` (another server holds the job's Redis lock) does not decide on its own:
     a lock left behind by a killed worker must not block the next run, so the overlap
     check reads the database (a live lease of another execution), and reports such a skip
     as ``LOCK_UNAVAILABLE``.
     """
-    if not lock_busy and not _needs_state(job, execution_id, force, rerun):
+    if not lock_busy and not _needs_state(job, execution_id, force, rerun or params_given):
         fast = _claim_new(job=job, job_id=job_id, slot=slot, execution_date=execution_date,
                           trigger=trigger, forced=force or rerun, celery_task_id=celery_task_id,
-                          worker=worker, pid=pid, lease_seconds=lease_seconds)
+                          worker=worker, pid=pid, lease_seconds=lease_seconds, given=given,
+                          params_given=params_given)
         if fast is not None:
             return fast
     with transaction.atomic(), connection.cursor() as cursor:
         # 1. Lock the job's row and take the next fence in one statement.
         cursor.execute(
-            f"UPDATE {JOB} SET fence = fence + 1 WHERE id = %s RETURNING fence, paused, max_retries",
+            f"UPDATE {JOB} SET fence = fence + 1 WHERE id = %s RETURNING fence, paused, max_retries, params",
             [job_id],
         )
         locked = cursor.fetchone()
         if locked is None:
             raise JobRowMissing(job.name)
-        fence, paused, max_retries = locked
+        fence, paused, max_retries, scheduled = locked[0], locked[1], locked[2], executions.loaded(locked[3])
         state: dict[str, Any] = {
             "succeeded": False, "failed": False, "live": False, "stale": False,
             "job_live": False, "own_status": None, "own_live": False, "own_forced": False, "own_retries": None,
@@ -257,7 +272,7 @@ def begin(
         # 2. A job of a concurrency group takes the group's lock next (always after its row's).
         group_full = groups.full(cursor, job.concurrency_group, job_id, execution_id or 0) \
             if job.concurrency_group else None
-        if lock_busy or _needs_state(job, execution_id, force, rerun):
+        if lock_busy or _needs_state(job, execution_id, force, rerun or params_given):
             state = _slot_state(cursor, job_id, slot, execution_id or 0)
         state["group_full"] = group_full
         if execution_id is not None:
@@ -276,7 +291,9 @@ def begin(
             force = force or bool(state["own_force"])
         own = state["own_status"]
         attempted = own in (S.RETRYING, S.RUNNING)
-        reason = _decide(job, state, paused=paused, force=force, rerun=rerun, attempted=attempted)
+        # A run with parameters a person gave passes the slot check by, as a re-run does.
+        own_params = params_given or bool(state.get("own_params_given"))
+        reason = _decide(job, state, paused=paused, force=force, rerun=rerun or own_params, attempted=attempted)
         if lock_busy and reason == enums.SkipReason.OVERLAP:
             reason = enums.SkipReason.LOCK_UNAVAILABLE
         if reason and attempted and reason == enums.SkipReason.PAUSED:
@@ -293,7 +310,8 @@ def begin(
         if reason:
             return _record_skip(
                 cursor, job, job_id, slot, execution_date, trigger, execution_id, reason,
-                celery_task_id, worker, pid, message=_skip_message(job, state, reason),
+                celery_task_id, worker, pid, message=_skip_message(job, state, reason), given=given,
+                params_given=params_given,
             )
         if state["job_stale"] and (job.limit is not None or job.concurrency_group):
             _supersede(cursor, job_id, list(state["stale_ids"] or []), fence)
@@ -310,7 +328,7 @@ def begin(
                     celery_task_id = coalesce(nullif(%(task_id)s, ''), celery_task_id)
                 WHERE id = %(id)s AND (status IN ('PENDING', 'RETRYING')
                       OR (status = 'RUNNING' AND lease_until <= now()))
-                RETURNING run_number, retry_count
+                RETURNING run_number, retry_count, params
                 """,
                 {"fence": fence, "lease": lease_seconds, "worker": worker, "pid": pid,
                  "task_id": celery_task_id, "id": execution_id},
@@ -319,13 +337,16 @@ def begin(
             if row is None:  # changed under us despite the job lock: treat as delivered
                 return Claim(outcome=DUPLICATE, execution_id=execution_id, status_seen="CHANGED")
             return Claim(outcome=S.RUNNING, execution_id=execution_id, run_number=row[0],
-                         fence=fence, retry_count=row[1])
+                         fence=fence, retry_count=row[1], params=executions.loaded(row[2]))
         new_id, run_number = executions.insert(
             cursor, job, job_id, slot, execution_date, trigger,
             status=S.RUNNING, forced=force or rerun, fence=fence, lease_seconds=lease_seconds,
-            celery_task_id=celery_task_id, worker=worker, pid=pid,
+            celery_task_id=celery_task_id, worker=worker, pid=pid, given=given, params_given=params_given,
         )
-        return Claim(outcome=S.RUNNING, execution_id=new_id, run_number=run_number, fence=fence)
+        # What the insert stored (``executions.params_sql``), from the job's row locked above.
+        stored = {**(scheduled or {}), **(given or {})}
+        return Claim(outcome=S.RUNNING, execution_id=new_id, run_number=run_number, fence=fence,
+                     params=stored or None)
 
 
 def _claim_new(
@@ -340,6 +361,8 @@ def _claim_new(
     worker: str,
     pid: int | None,
     lease_seconds: int,
+    given: dict[str, Any] | None = None,
+    params_given: bool = False,
 ) -> Claim | None:
     """One autocommit statement for a job that needs no slot or overlap check.
 
@@ -351,27 +374,30 @@ def _claim_new(
         cursor.execute(
             f"""
             WITH j AS (UPDATE {JOB} SET fence = fence + 1 WHERE id = %(job)s AND NOT paused
-                       RETURNING fence)
-            INSERT INTO {EXE} ({executions.INSERT_COLUMNS})
+                       RETURNING fence, params)
+            INSERT INTO {EXE} ({executions.INSERT_COLUMNS}, params, params_given)
             SELECT %(job)s, %(code)s, %(name)s, %(slot)s, %(date)s,
                 coalesce((SELECT max(run_number) FROM {EXE}
                           WHERE job_id = %(job)s AND slot = %(slot)s), 0) + 1,
                 'RUNNING', %(trigger)s, '', %(forced)s, now(), clock_timestamp(), NULL, false, NULL,
                 '', '', '', 0, %(task_id)s, %(worker)s, %(pid)s, j.fence,
-                now() + make_interval(secs => %(lease)s), '[]'::jsonb
+                now() + make_interval(secs => %(lease)s), '[]'::jsonb,
+                nullif(coalesce(j.params, '{{}}'::jsonb) || coalesce(%(given)s::jsonb, '{{}}'::jsonb), '{{}}'::jsonb),
+                %(params_given)s
             FROM j
             ON CONFLICT (job_id, slot, run_number) DO NOTHING
-            RETURNING id, run_number, fence
+            RETURNING id, run_number, fence, params
             """,
             {"job": job_id, "code": job.code, "name": job.name, "slot": slot,
              "date": execution_date, "trigger": trigger, "forced": forced,
-             "task_id": celery_task_id, "worker": worker, "pid": pid, "lease": lease_seconds},
+             "task_id": celery_task_id, "worker": worker, "pid": pid, "lease": lease_seconds,
+             "given": executions.as_jsonb(given), "params_given": params_given},
         )
         row = cursor.fetchone()
     if row is None:
         return None
     return Claim(outcome=S.RUNNING, execution_id=int(row[0]), run_number=int(row[1]),
-                 fence=int(row[2]))
+                 fence=int(row[2]), params=executions.loaded(row[3]))
 
 
 def _record_skip(
@@ -388,6 +414,8 @@ def _record_skip(
     pid: int | None,
     *,
     message: str,
+    given: dict[str, Any] | None = None,
+    params_given: bool = False,
 ) -> Claim:
     if execution_id is not None:
         cursor.execute(
@@ -403,7 +431,7 @@ def _record_skip(
         execution_id, run_number = executions.insert(
             cursor, job, job_id, slot, execution_date, trigger, status=S.SKIPPED,
             skip_reason=reason, message=message, celery_task_id=celery_task_id,
-            worker=worker, pid=pid,
+            worker=worker, pid=pid, given=given, params_given=params_given,
         )
     return Claim(outcome=S.SKIPPED, execution_id=execution_id, run_number=run_number,
                  skip_reason=reason)
@@ -427,14 +455,15 @@ def own_claim(execution_id: int, worker: str, pid: int) -> Claim | None:
     with the connection: the row is RUNNING, by this worker and process, with a live lease."""
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT run_number, fence, retry_count FROM {EXE} WHERE id = %s AND status = 'RUNNING'"
+            f"SELECT run_number, fence, retry_count, params FROM {EXE} WHERE id = %s AND status = 'RUNNING'"
             " AND worker = %s AND pid = %s AND lease_until > now()",
             [execution_id, worker, pid],
         )
         row = cursor.fetchone()
     if row is None:
         return None
-    return Claim(outcome=S.RUNNING, execution_id=execution_id, run_number=row[0], fence=row[1], retry_count=row[2])
+    return Claim(outcome=S.RUNNING, execution_id=execution_id, run_number=row[0], fence=row[1], retry_count=row[2],
+                 params=executions.loaded(row[3]))
 
 
 def set_checkin(execution_id: int, check_in_id: str) -> None:

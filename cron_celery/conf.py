@@ -64,6 +64,9 @@ class Settings:
     #: Jitter (seconds) of a job that declares none: its slots are sent a fixed offset below
     #: this after the slot, cut to a tenth of its declared schedule's shortest interval; 0 = none.
     DEFAULT_JITTER: float = 0
+    #: Seconds after it was due by which a run of a job that declares no ``start_deadline`` must
+    #: have started, else one LATE alert; ``None`` = no deadline.
+    DEFAULT_START_DEADLINE: float | None = None
     #: The reconciler: ``INTERVAL`` (seconds between passes on each worker; 0 turns the
     #: built-in timer off), ``PENDING_GRACE`` (seconds a dispatched execution may wait for a
     #: worker before its message is sent again), ``REPUBLISH_LIMIT`` (how many times),
@@ -76,7 +79,7 @@ class Settings:
     NOTIFICATIONS: dict[str, Any] = dataclasses.field(default_factory=lambda: dict(NOTIFICATION_DEFAULTS))
     #: Where the admin is served (``https://ops.example.com``): alerts link to the execution.
     ADMIN_BASE_URL: str = ""
-    #: Deprecated: one Bearer token with every scope (read, run, force); use ``API_TOKENS``.
+    #: Deprecated: one Bearer token with the scopes read, run and force; use ``API_TOKENS``.
     API_TOKEN: str = dataclasses.field(default="", repr=False)
     #: Named Bearer tokens for the endpoints, each with its scopes:
     #: ``{"prometheus": {"token": "...", "scopes": ["read"]}}`` (see ``tokens``); empty =
@@ -92,6 +95,9 @@ class Settings:
     #: Days an alert row is kept once it is settled (sent, or given up); ``None`` = keep all.
     #: The reconciler deletes older ones once an hour, whatever ``RETENTION_DAYS`` says.
     ALERT_RETENTION_DAYS: int | None = 90
+    #: Days a schedule change (the audit log, ``audit``) is kept; ``None`` = keep all. The
+    #: reconciler deletes older ones once an hour, in batches, whatever ``RETENTION_DAYS`` says.
+    AUDIT_RETENTION_DAYS: int | None = 730
     #: Limits shared by several jobs: ``{"warehouse": 2}`` lets at most two runs of all the jobs
     #: declared with ``concurrency_group="warehouse"`` be live at once (see ``groups``).
     CONCURRENCY_GROUPS: dict[str, int] = dataclasses.field(default_factory=dict)

@@ -23,7 +23,7 @@ from django.db.models.expressions import RawSQL
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
-from cron_celery import checks, enums, models, schedules
+from cron_celery import checks, enums, models, schedules, timing
 
 S = enums.Status
 EXE = models.CronExecution._meta.db_table
@@ -64,6 +64,23 @@ def when_stacked(moment: Any) -> SafeString:
     utc = moment.astimezone(dt.UTC)
     return format_html('<span style="white-space:nowrap">{}</span><br> <span style="white-space:nowrap">{}</span>',
                        f"{utc:%Y-%m-%d}", utc.strftime("%H:%M:%S UTC" if utc.second else "%H:%M UTC"))
+
+
+def _ago(seconds: float) -> str:
+    """A lapse in a badge: "40 s", "4 min", "2 h", "3 d"."""
+    for size, unit in ((86400, "d"), (3600, "h"), (60, "min")):
+        if seconds >= size:
+            return f"{int(seconds // size)} {unit}"
+    return f"{max(0, int(seconds))} s"
+
+
+def timing_badges(pair: list[Any] | None) -> SafeString:
+    """The status cell's timing badges from ``with_figures``' ``timing``: "late 4 min" while a run
+    waits past its job's start_deadline, "running 2 h" while one runs past its max_runtime."""
+    late, running = (pair or [None, None])[:2]
+    shown = [badge(S.RETRYING, f"late {_ago(float(late))}")] if late is not None else []
+    shown += [badge(S.TIMED_OUT, f"running {_ago(float(running))}")] if running is not None else []
+    return format_html_join("", "<br>{}", ((item,) for item in shown))
 
 
 def next_run(job: models.CronJob, one_off: dt.datetime | None, now: dt.datetime) -> SafeString:
@@ -109,6 +126,9 @@ def with_figures(queryset: QuerySet[models.CronJob]) -> QuerySet[models.CronJob]
             f"FROM (SELECT coalesce(sum(ended), 0) AS ended, coalesce(sum(finished), 0) AS finished, "
             f"coalesce(sum(succeeded), 0) AS succeeded FROM {hours} WHERE job_id = {JOB}.id "
             f"AND hour >= date_trunc('hour', now() - interval '7 days', 'UTC')) AS r", []),
+        # [seconds the oldest run waits past its start_deadline, seconds the oldest live run has run past
+        # its max_runtime] (each null when none is): the status cell's "late 4 min", "running 2 h".
+        timing=RawSQL(timing.badges_sql(JOB), []),
         # The earliest one-off run not sent yet (the "next" column says it when it comes first).
         next_one_off=RawSQL(
             f"SELECT min(due_at) FROM {EXE} WHERE job_id = {JOB}.id AND status = 'PENDING' AND trigger = 'ONE_OFF' "

@@ -180,8 +180,10 @@ def undecided(batch: int, grace: float, horizon_hours: float = 1) -> list[int]:
                 JOIN {EXE} AS u ON u.job_id = d.upstream_id
                 WHERE u.completed AND u.ended > now() - make_interval(hours => %s)
                   AND u.skip_reason NOT IN ('ALREADY_RAN', 'ALREADY_RUNNING', 'CANCELLED')  -- they decide nothing
+                  AND NOT u.params_given  -- nor does a run with parameters a person gave (its own execution)
                   AND u.ended < now() - make_interval(secs => %s) AND u.ended > down.created_at
-                  AND NOT EXISTS (SELECT 1 FROM {EXE} AS x WHERE x.job_id = d.downstream_id AND x.slot = u.slot)
+                  AND NOT EXISTS (SELECT 1 FROM {EXE} AS x WHERE x.job_id = d.downstream_id AND x.slot = u.slot
+                                  AND NOT x.params_given)
                 ORDER BY u.id LIMIT %s) AS e
             """,
             [horizon_hours, grace, batch],

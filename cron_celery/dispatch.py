@@ -11,12 +11,13 @@ import contextlib
 import dataclasses
 import datetime as dt
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 from django.db import connection, transaction
 from django_celery_beat.models import PeriodicTask
 
-from cron_celery import enums, executions, oneoffs, registry
+from cron_celery import audit, enums, executions, oneoffs, registry
 
 S = enums.Status
 JOB = executions.JOB
@@ -34,16 +35,19 @@ def enqueue(
     forced: bool = False,
     force: bool = False,
     cascade: bool = False,
+    given: Mapping[str, Any] | None = None,
 ) -> tuple[int, int]:
     """Insert a PENDING execution for a message about to be published; (id, run_number).
 
     ``forced``: past the slot check (``--rerun``/``--force``); ``force``: also past a pause
     (``--force``). Both are kept on the row, so every later send of it keeps them. ``cascade``:
-    its success runs the slot of the jobs declared ``after=`` it again (``dependencies``)."""
+    its success runs the slot of the jobs declared ``after=`` it again (``dependencies``).
+    ``given``: parameter values a person gave (a run with parameters); the row holds them over the
+    job's scheduled ones, and every later send of it runs with them."""
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(f"SELECT 1 FROM {JOB} WHERE id = %s FOR UPDATE", [job_id])
         inserted = executions.insert(cursor, job, job_id, slot, execution_date, trigger, status=S.PENDING,
-                           forced=forced or force)
+                                     forced=forced or force, given=given, params_given=bool(given))
         if force or cascade:
             cursor.execute(f"UPDATE {EXE} SET force = %s, cascade = %s WHERE id = %s", [force, cascade, inserted[0]])
         return inserted
@@ -63,11 +67,12 @@ def enqueue_many(*, job: registry.Job, job_id: int, slots: list[dt.datetime], tr
         cursor.execute(f"SELECT 1 FROM {JOB} WHERE id = %s FOR UPDATE", [job_id])
         cursor.execute(
             f"""
-            INSERT INTO {EXE} ({executions.INSERT_COLUMNS}, cascade)
+            INSERT INTO {EXE} ({executions.INSERT_COLUMNS}, cascade, params)
             SELECT %(job)s, %(code)s, %(name)s, s.slot, s.execution_date,
                    coalesce((SELECT max(run_number) FROM {EXE} WHERE job_id = %(job)s AND slot = s.slot), 0) + 1,
                    'PENDING', %(trigger)s, '', %(forced)s, now(), NULL, NULL, false, NULL, '', '', '', 0,
-                   s.celery_task_id, '', NULL, NULL, NULL, '[]'::jsonb, %(cascade)s
+                   s.celery_task_id, '', NULL, NULL, NULL, '[]'::jsonb, %(cascade)s,
+                   {executions.params_sql("%(job)s", "NULL")}
             FROM unnest(%(slots)s::timestamptz[], %(dates)s::date[], %(ids)s::text[])
                 AS s(slot, execution_date, celery_task_id)
             ORDER BY s.slot
@@ -186,6 +191,7 @@ def dispatch_many(
             # them the other way round, so this round gives way rather than wait: past COUNT_LOCK_WAIT
             # it fails whole (nothing written, nothing sent) and the next tick plans it again.
             cursor.execute(f"SET LOCAL lock_timeout = '{COUNT_LOCK_WAIT}'")
+            audit.set_author(source=audit.BEAT_ONE_OFF, cursor=cursor)  # the disable below, in the audit log
             cursor.execute(
                 f"SELECT job.id FROM {PERIODIC_TASK} AS task JOIN {JOB} AS job ON job.periodic_task_id = task.id"
                 " WHERE job.id = ANY(%s) AND task.one_off ORDER BY task.id FOR UPDATE OF task", [lasts])
@@ -200,24 +206,13 @@ def dispatch_many(
                 FROM decided AS d
                 WHERE job.id = d.job_id AND NOT job.paused
                   AND job.next_run_at IS NOT DISTINCT FROM d.expected
-                RETURNING job.id, job.code, job.name
+                RETURNING job.id, job.code, job.name, job.params
             ), slots AS (
                 SELECT * FROM unnest(%s::bigint[], %s::timestamptz[], %s::date[], %s::text[], %s::text[],
                                      %s::text[], %s::timestamptz[])
                     AS s(job_id, slot, execution_date, status, trigger, celery_task_id, due_at)
             ), inserted AS (
-                INSERT INTO {EXE} ({executions.INSERT_COLUMNS}, due_at)
-                SELECT s.job_id, a.code, a.name, s.slot, s.execution_date,
-                       -- run 1, unless a one-off run recorded ahead holds the instant (then after it)
-                       coalesce((SELECT max(o.run_number) + 1 FROM {EXE} AS o WHERE o.job_id = s.job_id
-                                 AND o.slot = s.slot AND o.trigger = 'ONE_OFF'), 1), s.status, s.trigger, '',
-                       false, now(), NULL, CASE WHEN s.status = %s THEN now() END, s.status = %s, NULL,
-                       CASE WHEN s.status = %s THEN %s ELSE '' END, '', '', 0, s.celery_task_id, '',
-                       NULL, NULL, NULL, '[]'::jsonb, s.due_at
-                FROM slots AS s JOIN advanced AS a ON a.id = s.job_id
-                ORDER BY s.job_id, s.slot
-                ON CONFLICT (job_id, slot, run_number) DO NOTHING
-                RETURNING id, job_id, slot, status, trigger, celery_task_id
+                {_insert_slots("advanced AS a ON a.id = s.job_id", "a")}
             )
             SELECT 'job', id, NULL, NULL, NULL, NULL FROM advanced
             UNION ALL
@@ -229,6 +224,8 @@ def dispatch_many(
         )
         rows = cursor.fetchall()
         advanced = {int(row[1]) for row in rows if row[0] == "job"}
+        rows += _insert_after_holders(cursor, slot_rows, advanced,
+                                      {(row[2], row[3]) for row in rows if row[0] == "exe"})
         if lasts:  # one_off, as django-celery-beat has it: sent once, then disabled (its trigger pauses the job),
             ended = [job_id for job_id in lasts if job_id in advanced]  # so that last slot runs past the pause
             cursor.execute(f"UPDATE {EXE} SET force = true WHERE id = ANY(%s)",
@@ -249,6 +246,65 @@ def dispatch_many(
                                  trigger=row_trigger, celery_task_id=celery_task_id))
     publish.sort(key=lambda item: (item.slot, item.job_id))
     return advanced, publish, missed
+
+
+def _insert_slots(source: str, alias: str) -> str:
+    """The INSERT of ``dispatch_many``'s slot rows (``slots AS s``, joined to ``source`` for the job's
+    code, name and params): run 1, unless a one-off run recorded ahead or a run with parameters a
+    person gave holds the slot (then after it: neither is the slot's regular run). Its positional
+    parameters: MISSED three times, then the MISSED rows' message."""
+    return f"""
+        INSERT INTO {EXE} ({executions.INSERT_COLUMNS}, due_at, params)
+        SELECT s.job_id, {alias}.code, {alias}.name, s.slot, s.execution_date,
+               coalesce((SELECT max(o.run_number) + 1 FROM {EXE} AS o WHERE o.job_id = s.job_id
+                         AND o.slot = s.slot AND (o.trigger = 'ONE_OFF' OR o.params_given)), 1),
+               s.status, s.trigger, '',
+               false, now(), NULL, CASE WHEN s.status = %s THEN now() END, s.status = %s, NULL,
+               CASE WHEN s.status = %s THEN %s ELSE '' END, '', '', 0, s.celery_task_id, '',
+               NULL, NULL, NULL, '[]'::jsonb, s.due_at,
+               -- the periodic task's kwargs in effect (checked when the edit was applied)
+               {alias}.params
+        FROM slots AS s JOIN {source}
+        ORDER BY s.job_id, s.slot
+        ON CONFLICT (job_id, slot, run_number) DO NOTHING
+        RETURNING id, job_id, slot, status, trigger, celery_task_id"""
+
+
+#: How often ``_insert_after_holders`` tries again a slot that a concurrent one-off or run with
+#: parameters keeps taking the number of.
+_HOLDER_TRIES = 3
+
+
+def _insert_after_holders(cursor: Any, slot_rows: list[tuple[int, dt.datetime, dt.date, str, str, str, dt.datetime]],
+                          advanced: set[int], inserted: set[tuple[int, dt.datetime]]) -> list[Any]:
+    """The slots of jobs this round advanced that got no row: a one-off run or a run with parameters
+    committed at that slot while the round's statement waited for the job's row, after its snapshot,
+    so its run number met theirs. Inserted again after them, by a statement that sees them, unless the
+    slot has a regular run already (somebody ran it: then it is not run twice). A slot that loses its
+    number again is tried again, ``_HOLDER_TRIES`` times in all."""
+    rows: list[Any] = []
+    for _ in range(_HOLDER_TRIES):
+        missing = [row for row in slot_rows if row[0] in advanced and (row[0], row[1]) not in inserted]
+        if not missing:
+            break
+        cursor.execute(
+            f"""
+            WITH slots AS (
+                SELECT * FROM unnest(%s::bigint[], %s::timestamptz[], %s::date[], %s::text[], %s::text[],
+                                     %s::text[], %s::timestamptz[])
+                    AS s(job_id, slot, execution_date, status, trigger, celery_task_id, due_at)
+                WHERE NOT EXISTS (SELECT 1 FROM {EXE} AS r WHERE r.job_id = s.job_id AND r.slot = s.slot
+                                  AND r.trigger <> 'ONE_OFF' AND NOT r.params_given)
+            ), inserted AS ({_insert_slots(f"{JOB} AS job ON job.id = s.job_id", "job")})
+            SELECT 'exe', id, job_id, slot, status || ':' || trigger, celery_task_id FROM inserted
+            """,
+            [*[list(column) for column in zip(*missing, strict=True)],
+             S.MISSED, S.MISSED, S.MISSED, "Missed: the scheduler did not dispatch this slot in time."],
+        )
+        found = cursor.fetchall()  # none: a regular run holds each slot, or their numbers were taken again
+        rows += found
+        inserted |= {(row[2], row[3]) for row in found}
+    return rows
 
 
 #: How long ``count_sent`` waits for a periodic task's row lock before it gives up for this round.

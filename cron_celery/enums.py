@@ -64,6 +64,9 @@ class Event(Choices):
     RECOVERED = "RECOVERED", "Recovered"  # the first success after an alerted incident
     SUCCEEDED = "SUCCEEDED", "Succeeded"  # every success, for channels that want it
     UPSTREAM = "UPSTREAM", "Upstream failed"  # a slot skipped for an upstream's failure (alert_on_upstream=True)
+    LATE = "LATE", "Late start"  # not started start_deadline seconds after it was due (still waiting)
+    LONG_RUNNING = "LONG_RUNNING", "Running too long"  # still running max_runtime seconds after it started
+    TOO_FAST = "TOO_FAST", "Finished too fast"  # succeeded in less than min_runtime seconds
 
 
 class AlertStatus(Choices):

@@ -62,6 +62,8 @@ class Ended:
     ``upstream_status``: a downstream slot (``after=``) that the database skipped (``UPSTREAM``) in
     the write that ended an upstream execution: the status that execution ended with (through a
     chain, the one whose write decided it: FAILED, LOST, REVOKED, SKIPPED, MISSED...); '' otherwise.
+    ``runtime``: seconds the body of the attempt that ended took, when the worker ran it (None when
+    another writer ended the execution: the parent, the reconciler, the admin).
     """
 
     job: Job | None
@@ -76,6 +78,7 @@ class Ended:
     lost_attempt: bool = False
     recovered: bool = False
     upstream_status: str = ""
+    runtime: float | None = None
 
 
 class Listener:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 
@@ -32,6 +33,22 @@ class InvalidSchedule(CronCeleryError):
 
 class InvalidSlot(CronCeleryError):
     """Cannot read {value!r} as a slot:"""
+
+
+class InvalidParams(CronCeleryError):
+    """Job {job!r} cannot take these parameters:"""
+
+    error_code = "INVALID_PARAMS"
+
+    def __init__(self, detail: str = "", *, job: str, field: str) -> None:
+        #: The parameter that is wrong (or ``params``/``kwargs`` for the whole).
+        self.field = field
+        self.detail = detail
+        super().__init__(detail, job=job)
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        """Pickled as itself (a worker's child hands its exception to its parent, Celery's results)."""
+        return functools.partial(type(self), job=self.context["job"], field=self.field), (self.detail,)
 
 
 class OneOffRefused(CronCeleryError):
@@ -93,3 +110,7 @@ class BackfillInterrupted(CronCeleryError):
 
 class PublishFailed(CronCeleryError):
     """could not be sent to the broker; nothing will run (the execution is closed FAILED, PUBLISH_FAILED)."""
+
+
+class UnknownAuditedJob(CronCeleryError):
+    """No job, and no recorded schedule change, goes by {name!r}: give a job's name or code."""

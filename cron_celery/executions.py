@@ -10,6 +10,8 @@ first (see ``claims``), so decisions about one job are serialised and cannot dea
 from __future__ import annotations
 
 import datetime as dt
+import json
+from collections.abc import Mapping
 from typing import Any
 
 from django.db import connection
@@ -26,6 +28,26 @@ INSERT_COLUMNS = """job_id, task_code, task_name, slot, execution_date, run_numb
     status, trigger, skip_reason, forced, created_at, started, ended, completed,
     success, message, error_code, traceback, retry_count, celery_task_id, worker,
     pid, fence, lease_until, attempts"""
+
+
+def params_sql(job: str, given: str) -> str:
+    """SQL for the parameter values a new execution of job ``job`` stores: ``given`` (a jsonb
+    expression: a person's or a direct call's values) over the job's scheduled ones (its row's
+    ``params``, the periodic task's kwargs in effect); NULL when there are none."""
+    return (f"nullif(coalesce((SELECT pj.params FROM {JOB} AS pj WHERE pj.id = {job}), '{{}}'::jsonb)"
+            f" || coalesce({given}, '{{}}'::jsonb), '{{}}'::jsonb)")
+
+
+def as_jsonb(values: Mapping[str, Any] | None) -> str | None:
+    """Values for a ``%s::jsonb`` parameter (None stays NULL)."""
+    return None if values is None else json.dumps(dict(values))
+
+
+def loaded(raw: object) -> dict[str, Any] | None:
+    """A ``params`` column read with a raw cursor (Django hands jsonb over as its text) as a dict;
+    None for NULL."""
+    value = json.loads(raw) if isinstance(raw, str | bytes) else raw
+    return dict(value) if isinstance(value, dict) else None
 
 
 def new_attempt(number: str, fence: str) -> str:
@@ -96,15 +118,20 @@ def insert(
     celery_task_id: str = "",
     worker: str = "",
     pid: int | None = None,
+    given: Mapping[str, Any] | None = None,
+    params_given: bool = False,
 ) -> tuple[int, int]:
     """Insert the slot's next execution. The job lock makes ``max + 1`` safe against other
-    claims; a beat insert of run 1 that races us is absorbed by ON CONFLICT and a retry."""
+    claims; a beat insert of run 1 that races us is absorbed by ON CONFLICT and a retry.
+
+    Its parameters are ``given`` over the job's scheduled ones (``params_sql``); ``params_given``
+    marks a run with parameters a person gave (its own execution: the slot checks pass it by)."""
     running = status == S.RUNNING
     finished = status in S.terminal()
     for _ in range(5):
         cursor.execute(
             f"""
-            INSERT INTO {EXE} ({INSERT_COLUMNS})
+            INSERT INTO {EXE} ({INSERT_COLUMNS}, params, params_given)
             SELECT %(job)s, %(code)s, %(name)s, %(slot)s, %(date)s,
                 coalesce((SELECT max(run_number) FROM {EXE}
                           WHERE job_id = %(job)s AND slot = %(slot)s), 0) + 1,
@@ -113,7 +140,7 @@ def insert(
                 %(finished)s, NULL, %(message)s, '', '', 0, %(task_id)s, %(worker)s, %(pid)s,
                 %(fence)s,
                 CASE WHEN %(running)s THEN now() + make_interval(secs => %(lease)s) END,
-                '[]'::jsonb
+                '[]'::jsonb, {params_sql("%(job)s", "%(given)s::jsonb")}, %(params_given)s
             ON CONFLICT (job_id, slot, run_number) DO NOTHING
             RETURNING id, run_number
             """,
@@ -121,7 +148,8 @@ def insert(
              "date": execution_date, "status": status, "trigger": trigger,
              "reason": skip_reason, "forced": forced, "running": running,
              "finished": finished, "message": message, "task_id": celery_task_id,
-             "worker": worker, "pid": pid, "fence": fence, "lease": lease_seconds},
+             "worker": worker, "pid": pid, "fence": fence, "lease": lease_seconds,
+             "given": as_jsonb(given), "params_given": params_given},
         )
         row = cursor.fetchone()
         if row is not None:

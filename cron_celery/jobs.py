@@ -13,14 +13,15 @@ from typing import Any
 
 from django.db import IntegrityError, connection, transaction
 
-from cron_celery import exceptions, executions, registry
+from cron_celery import audit, exceptions, executions, registry
 
 JOB = executions.JOB
 _job_ids: dict[registry.Job, int] = {}
 
 #: The columns a declaration sets; a row whose values all match is left alone (not even touched).
 _DECLARED = ("name", "task", "pattern", "overlap", "timezone", "description", "catch_up", "max_retries",
-             "alert_after", "alert_repeat", "max_concurrency", "concurrency_group", "jitter_ms")
+             "alert_after", "alert_repeat", "max_concurrency", "concurrency_group", "jitter_ms", "start_deadline",
+             "max_runtime", "min_runtime")
 _INSERT = (f"INSERT INTO {JOB} AS job (name, code, {', '.join(_DECLARED[1:])}, paused, fence,"
            " consecutive_failures, last_status, created_at, updated_at)")
 _REFRESH = (f"ON CONFLICT (code) DO UPDATE SET {', '.join(f'{c} = EXCLUDED.{c}' for c in _DECLARED)},"
@@ -35,18 +36,22 @@ def ensure_job(job: registry.Job) -> int:
     The row is keyed by the job's code (its stable id): renaming a job keeps its history.
     A stale row that still holds the name under another code is renamed out of the way.
     """
-    params: list[str | int | None] = [job.name, job.code, job.task_name, job.pattern, job.overlap, job.timezone,
-                                job.description, job.catch_up, job.max_retries, job.alert_after, job.alert_repeat,
-                                job.limit, job.concurrency_group or "", job.jitter_ms]
+    params: list[str | int | float | None] = [
+        job.name, job.code, job.task_name, job.pattern, job.overlap, job.timezone, job.description, job.catch_up,
+        job.max_retries, job.alert_after, job.alert_repeat, job.limit, job.concurrency_group or "", job.jitter_ms,
+        job.start_deadline, job.max_runtime, job.min_runtime]
     upsert = f"""
         {_INSERT}
-        VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, false, 0, 0, '', now(), now())
+        VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::float8, %s::float8, %s::float8,
+                false, 0, 0, '', now(), now())
         {_REFRESH}
         RETURNING id
         """
     for attempt in range(3):
         try:
             with transaction.atomic(), connection.cursor() as cursor:
+                # A declared value that changes (max_concurrency, ...) is a schedule change of the audit log.
+                audit.set_author(source=audit.DECLARED, cursor=cursor, keep=True)
                 if attempt:
                     cursor.execute(
                         f"UPDATE {JOB} SET name = left(name, 80) || '-was-' || code"
@@ -82,22 +87,38 @@ def ensure_jobs(jobs: list[registry.Job]) -> dict[str, int]:
     columns.append([job.limit for job in jobs])
     columns.append([job.concurrency_group or "" for job in jobs])
     columns.append([job.jitter_ms for job in jobs])
+    for field in ("start_deadline", "max_runtime", "min_runtime"):
+        columns.append([getattr(job, field) for job in jobs])
     try:
+        # A declared value that changes (max_concurrency, ...) is a schedule change of the audit log:
+        # the statement names its source itself (its author CTE runs before the rows are written).
+        author, named = audit.author_sql(source=audit.DECLARED, keep=True)
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(
                 f"""
+                WITH author AS MATERIALIZED ({author})
                 {_INSERT}
                 SELECT d.*, false, 0, 0, '', now(), now()
                 FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[],
-                            %s::text[], %s::int[], %s::int[], %s::int[], %s::int[], %s::text[], %s::int[]) AS d
+                            %s::text[], %s::int[], %s::int[], %s::int[], %s::int[], %s::text[], %s::int[],
+                            %s::float8[], %s::float8[], %s::float8[]) AS d, author
                 {_REFRESH}
                 """,
-                columns,
+                [*named, *columns],
             )
             cursor.execute(f"SELECT code, id FROM {JOB} WHERE code = ANY(%s)", [columns[1]])
             return {code: int(job_id) for code, job_id in cursor.fetchall()}
     except IntegrityError:
         return {job.code: ensure_job(job) for job in jobs}
+
+
+def scheduled_params(job: registry.Job) -> dict[str, Any] | None:
+    """The job's parameter values in effect for its scheduled runs: its periodic task's kwargs, as
+    ``schedule_sync.apply_edits`` checked and copied them onto the row (None: none)."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT params FROM {JOB} WHERE id = %s", [job_id(job)])
+        row = cursor.fetchone()
+    return executions.loaded(row[0]) if row else None
 
 
 def job_code(job_id: int) -> str | None:

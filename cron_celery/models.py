@@ -97,6 +97,26 @@ class CronJob(models.Model):
     alert_repeat = models.IntegerField(
         null=True, blank=True, help_text="Seconds between repeated alerts of one incident; empty = once"
     )
+    # Timing alerts (migration 0019), declared in code: read by the reconciler's queries (LATE,
+    # LONG_RUNNING) and by the final write of a success (TOO_FAST).
+    start_deadline = models.FloatField(
+        null=True, blank=True, help_text="Seconds after it was due by which a run must have started, "
+                                         "else one LATE alert; empty = no deadline. Declared in code",
+    )
+    max_runtime = models.FloatField(
+        null=True, blank=True, help_text="Seconds a run may take before one LONG_RUNNING alert (it is not "
+                                         "stopped); empty = no bound. Declared in code",
+    )
+    min_runtime = models.FloatField(
+        null=True, blank=True, help_text="A success faster than this many seconds alerts TOO_FAST; "
+                                         "empty = no bound. Declared in code",
+    )
+    # Runs with parameters (migration 0020): the periodic task's kwargs in effect, checked against the
+    # job's parameters when the edit is applied; the beat writes them on each execution it inserts.
+    params = models.JSONField(
+        null=True, blank=True, help_text="The parameter values of its scheduled runs: the periodic task's kwargs, "
+                                         "checked (a refused edit leaves the previous ones); empty = none",
+    )
     alerted_at = models.DateTimeField(
         null=True, blank=True, help_text="When the open incident was last alerted; empty = no alerted incident"
     )
@@ -182,6 +202,21 @@ class CronExecution(models.Model):
     cascade = models.BooleanField(
         db_default=False, help_text="Re-run with --cascade: its success runs the downstream jobs' slot again",
     )
+    late_alerted = models.BooleanField(
+        db_default=False, help_text="Its LATE alert was recorded (it had not started by the job's start_deadline)",
+    )
+    long_alerted = models.BooleanField(
+        db_default=False, help_text="Its LONG_RUNNING alert was recorded (still running past the job's max_runtime)",
+    )
+    # Runs with parameters (migration 0020): what the body runs with is read from here, never from a message.
+    params = models.JSONField(
+        null=True, blank=True, help_text="The parameter values it runs with (dates as ISO strings); the parameters "
+                                         "left out take their declared defaults; empty = none given",
+    )
+    params_given = models.BooleanField(
+        db_default=False, help_text="A run with parameters a person gave (--param, the admin, the API): its own "
+                                    "execution, neither the slot's regular run nor skipped because the slot ran",
+    )
 
     class Meta:
         ordering = ["-slot", "-run_number"]
@@ -201,6 +236,11 @@ class CronExecution(models.Model):
             # One-off runs recorded ahead and not sent yet: what the beat's idle tick looks for.
             models.Index(fields=["due_at"], name="cron_exec_one_off_due",
                          condition=models.Q(trigger="ONE_OFF", status="PENDING", celery_task_id="")),
+            # What the reconciler's timing checks scan: runs not started, or running, not alerted yet.
+            models.Index(fields=["job"], name="cron_exec_late_unalerted",
+                         condition=models.Q(status="PENDING", late_alerted=False)),
+            models.Index(fields=["job"], name="cron_exec_long_unalerted",
+                         condition=models.Q(status="RUNNING", long_alerted=False)),
         ]
 
     def __str__(self) -> str:
@@ -290,6 +330,11 @@ class Alert(models.Model):
     created_at = models.DateTimeField(db_default=Now())
     updated_at = models.DateTimeField(db_default=Now())
     sent_at = models.DateTimeField(null=True, blank=True)
+    facts = models.JSONField(
+        db_default=models.Value({}, output_field=models.JSONField()), blank=True,
+        help_text="What a timing alert was decided on: when a late run was due (due), when a long attempt "
+                  "started (started), how long a fast body took (runtime, seconds); empty for the others",
+    )
 
     class Meta:
         ordering = ["-created_at"]
@@ -352,3 +397,42 @@ class Lease(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name}: {self.holder} until {self.lease_until:%Y-%m-%d %H:%M:%S}"
+
+
+class ScheduleChange(models.Model):
+    """One change of a job's schedule, timezone, enabled/paused state, parameters (kwargs), active
+    window or concurrency: written by database triggers (migration 0021) in the transaction of the
+    change, whatever made it — an admin form or action, a deploy, the beat, the ORM or raw SQL.
+    One row per job per statement; read-only everywhere (``audit``)."""
+
+    # No constraint Django would manage: migration 0021 adds one with ON DELETE SET NULL, so the
+    # rows outlive their job (even one deleted by raw SQL) and keep its name and code.
+    job = models.ForeignKey(CronJob, null=True, blank=True, on_delete=models.DO_NOTHING, db_constraint=False,
+                            related_name="schedule_changes", db_index=False,  # the index below leads with it
+                            help_text="Empty once the job is deleted")
+    job_name = models.CharField(max_length=100, help_text="The job's name when it changed")
+    job_code = models.CharField(max_length=50, help_text="The job's code when it changed")
+    changed_at = models.DateTimeField(db_default=Now(),
+                                      help_text="When, by the database's clock (the statement's start)")
+    actor = models.CharField(max_length=150, blank=True, db_default="",
+                             help_text="The person (an admin user's name), when the code that made the change knew one")
+    db_role = models.CharField(max_length=63, help_text="The database role that made the change (current_user)")
+    application_name = models.CharField(max_length=64, blank=True, db_default="",
+                                        help_text="The connection's application_name")
+    source = models.CharField(max_length=100, help_text='Where from: "admin: change form", "deploy (...)", '
+                                                        '"beat (one_off)", ... or "database" when nobody said')
+    changes = models.JSONField(help_text='Each changed attribute as [before, after]: {"schedule": '
+                                         '["0 * * * *", "*/5 * * * *"], "enabled": [true, false]}')
+
+    class Meta:
+        ordering = ["-id"]
+        verbose_name = "schedule change"
+        indexes = [
+            # A job's changes, newest first (its admin page, the endpoint's job=).
+            models.Index(fields=["job", "-id"], name="cron_change_job_newest"),
+            # The retention's purge and the endpoint's since=.
+            models.Index(fields=["changed_at"], name="cron_change_at"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job_name} at {self.changed_at:%Y-%m-%d %H:%M:%S}: {', '.join(self.changes or {})}"

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from collections.abc import Mapping
+from typing import Any
 
 from django.db import connection, transaction
 
@@ -38,8 +40,11 @@ class Recorded:
     at: dt.datetime
 
 
-def record(job: registry.Job, job_id: int, at: dt.datetime, *, force: bool = False) -> Recorded:
+def record(job: registry.Job, job_id: int, at: dt.datetime, *, force: bool = False,
+           given: Mapping[str, Any] | None = None) -> Recorded:
     """Record a one-off run of ``job`` at ``at`` (a future instant), under the job's row lock.
+    Its row holds its parameters now (``given`` over the scheduled ones), so it runs with them
+    whenever it is sent.
 
     Raises ``ValueError`` with what to do instead when ``at`` is not in the future by the
     database's clock, or when a one-off of the job at that instant is already waiting."""
@@ -56,7 +61,8 @@ def record(job: registry.Job, job_id: int, at: dt.datetime, *, force: bool = Fal
             raise ValueError(f"a one-off run of {job.name} at {at.isoformat()} is already recorded "
                              f"(execution {waiting[0]})")
         execution_id, run_number = executions.insert(
-            cursor, job, job_id, at, at.astimezone(job.tzinfo).date(), ONE_OFF, status=S.PENDING, forced=force)
+            cursor, job, job_id, at, at.astimezone(job.tzinfo).date(), ONE_OFF, status=S.PENDING, forced=force,
+            given=given, params_given=bool(given))
         cursor.execute(f"UPDATE {EXE} SET due_at = %s, force = %s WHERE id = %s", [at, force, execution_id])
     return Recorded(execution_id=execution_id, run_number=run_number, at=at)
 

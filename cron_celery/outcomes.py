@@ -52,14 +52,15 @@ def started(job: registry.Job, execution_id: int, slot: dt.datetime, attempt: in
 
 
 def finish(job: registry.Job, job_id: int, execution_id: int, slot: dt.datetime, *, fence: int, status: str,
-           message: str, error_code: str, traceback: str, result: Any, history: bool = True) -> bool:
+           message: str, error_code: str, traceback: str, result: Any, history: bool = True,
+           runtime: float | None = None) -> bool:
     """``finishes.finish_counting`` with what the listeners record, then the announcement;
-    False when fenced."""
+    False when fenced. ``runtime``: the seconds the attempt's body took."""
     kwargs = {"job_id": job_id, "execution_id": execution_id, "fence": fence, "status": status,
               "message": message, "error_code": error_code, "traceback": traceback, "result": result,
               "history": history}
     event = events.Ended(job=job, job_id=job_id, execution_id=execution_id, slot=slot, status=status,
-                         error_code=error_code, message=message, counted=False)
+                         error_code=error_code, message=message, counted=False, runtime=runtime)
     below: list[events.Ended] = []
     if events.records(event) or _may_skip_below(job, status):
         with transaction.atomic():

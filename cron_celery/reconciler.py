@@ -21,12 +21,17 @@ A pass has four steps, each bounded by ``RECONCILE["BATCH"]`` rows:
    declared the dependency) is decided now, as its final write would have (``dependencies``), the
    skips it writes recorded and announced like any (``outcomes.decided_late``).
 
+   **Late and long runs.** A PENDING execution not started its job's ``start_deadline`` after it
+   was due, and a RUNNING one its job's ``max_runtime`` after it started, are marked and alerted
+   (LATE, LONG_RUNNING) once each, the mark and the alert rows in one transaction (``timing``).
+
 4. **Undelivered alerts.** Alert rows still PENDING ``PENDING_GRACE`` seconds after their
    last delivery attempt (the delivery task was lost) are queued again.
 
 Once an hour (a lease row, ``reconciler-tidy``, taken and left to run out), a pass also deletes
-the heartbeat rows of beats gone for a week and alert rows settled more than
-``ALERT_RETENTION_DAYS`` ago (``retention.tidy``).
+the heartbeat rows of beats gone for a week, alert rows settled more than
+``ALERT_RETENTION_DAYS`` ago and schedule changes older than ``AUDIT_RETENTION_DAYS``
+(``retention.tidy``).
 
 Each step finds its rows job by job through the ``(job, status)`` index, so a pass reads
 the few open executions, not the history, and adds no index to the hot path.
@@ -58,7 +63,7 @@ import uuid
 from typing import Any
 
 from celery import current_app, shared_task, signals
-from django.db import DatabaseError, close_old_connections, connection
+from django.db import DatabaseError, close_old_connections, connection, transaction
 
 from cron_celery import (
     alerts,
@@ -75,6 +80,7 @@ from cron_celery import (
     retention,
     schedules,
     tasks,
+    timing,
 )
 
 logger = logging.getLogger(__name__)
@@ -98,6 +104,8 @@ class Report:
     waiting: int = 0  # late executions whose message is still queued or held by a worker: left alone
     alerts: int = 0  # undelivered alerts queued again
     downstream: int = 0  # downstream slots decided late (their upstream ended before the edge existed)
+    late: int = 0  # executions found not started by their job's start_deadline (alerted LATE)
+    long_running: int = 0  # executions found running past their job's max_runtime (alerted LONG_RUNNING)
     tidied: int = 0  # old heartbeat, settled alert and dashboard rollup rows deleted (once an hour)
 
     def __str__(self) -> str:
@@ -130,8 +138,9 @@ def run_pass(now: dt.datetime | None = None) -> Report:
         _downstream(report, options)
         report.alerts = alerts.redeliver(float(options["PENDING_GRACE"]), int(options["BATCH"]))
         _tidy(report, int(options["BATCH"]))
+        _timing(report, int(options["BATCH"]))
         if (report.lost or report.resent or report.missed or report.abandoned or report.alerts or report.tidied
-                or report.downstream):
+                or report.downstream or report.late or report.long_running):
             logger.warning("cron_celery reconciler: %s", report)
         return report
     finally:
@@ -145,12 +154,35 @@ def _downstream(report: Report, options: dict[str, Any]) -> None:
         tasks.send_downstream(current_app, execution_id)
 
 
+def _timing(report: Report, batch: int) -> None:
+    """Late and long runs, each marked and alerted once (the mark and its alert rows commit together).
+    A statement the database refuses here is logged, and the pass's other steps are already done."""
+    for mark, event in ((timing.mark_late, enums.Event.LATE), (timing.mark_long_running, enums.Event.LONG_RUNNING)):
+        try:
+            with transaction.atomic():
+                flagged = mark(batch)
+                alerts.record_timing([(found.execution_id, found.job_id, found.task_name, found.since)
+                                      for found in flagged], event)
+        except DatabaseError:
+            logger.exception("cron_celery reconciler: the %s check failed; the next pass tries again", event)
+            continue
+        for found in flagged:
+            logger.warning("execution %s of %s: %s (since %s)", found.execution_id, found.task_name,
+                           "not started by its start_deadline" if event == enums.Event.LATE
+                           else "running past its max_runtime", schedules.iso(found.since),
+                           extra={"execution": found.execution_id})
+        if event == enums.Event.LATE:
+            report.late += len(flagged)
+        else:
+            report.long_running += len(flagged)
+
+
 def _tidy(report: Report, batch: int) -> None:
     """Once an hour across all workers (a lease row that is taken and never released, so it runs
-    out an hour later): delete old heartbeat, alert and rollup rows (``retention.tidy``)."""
+    out an hour later): delete old heartbeat, alert, rollup and schedule change rows (``retention.tidy``)."""
     if leadership.hold(TIDY_LEASE, uuid.uuid4().hex, f"{socket.gethostname()}:{os.getpid()}", TIDY_SECONDS):
         tidied = retention.tidy(batch)
-        report.tidied = tidied.heartbeats + tidied.alerts + tidied.rollups
+        report.tidied = tidied.heartbeats + tidied.alerts + tidied.rollups + tidied.schedule_changes
 
 
 def _expired_leases(report: Report, batch: int) -> None:

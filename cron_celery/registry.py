@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import hashlib
+import math
 import re
 import threading
 import zoneinfo
@@ -16,7 +17,7 @@ from typing import TypeVar
 
 from django.conf import settings as django_settings
 
-from cron_celery import conf, enums, exceptions, schedules
+from cron_celery import conf, enums, exceptions, params, schedules
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,99}$")
 CODE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,49}$")
@@ -71,6 +72,15 @@ class Job:
     #: dispatched or recorded. Written to the periodic task's ``start_time``/``expires``, editable there.
     active_from: dt.datetime | None = None
     active_until: dt.datetime | None = None
+    #: Timing alerts (seconds; None: none): a run not started ``start_deadline`` after it was due
+    #: alerts LATE, a run still going ``max_runtime`` after it started alerts LONG_RUNNING (it is not
+    #: stopped: that is ``time_limit``), a success faster than ``min_runtime`` alerts TOO_FAST.
+    start_deadline: float | None = None
+    max_runtime: float | None = None
+    min_runtime: float | None = None
+    #: The keyword-only parameters its function (or ``execute``) takes after ``run`` (``params``): read
+    #: from the signature once, here; a run's values are checked against them.
+    parameters: tuple[params.Param, ...] = ()
 
     @property
     def jitter_ms(self) -> int:
@@ -166,6 +176,10 @@ def declare(
     active_from: object = None,
     active_until: object = None,
     alert_on_upstream: object = False,
+    start_deadline: object = None,
+    max_runtime: object = None,
+    min_runtime: object = None,
+    parameters: object = (),
 ) -> Job:
     """Validate a declaration and build its ``Job``; raises ``ImproperlyDeclared``."""
     if not isinstance(name, str) or not NAME_RE.match(name):
@@ -238,7 +252,16 @@ def declare(
             "active_from/active_until limit a job's schedule, and this job has none of its own"
             + (" (its slots are its upstream jobs': give them the window)." if upstreams else ": add schedule=."),
             job=name)
+    deadline, longest, shortest = _timing(name, start_deadline, max_runtime, min_runtime)
+    if not (isinstance(parameters, tuple) and all(isinstance(item, params.Param) for item in parameters)):
+        raise exceptions.ImproperlyDeclared(
+            f"parameters must be a tuple of cron_celery.params.Param (read from the function's signature), "
+            f"not {parameters!r}.", job=name)
     return Job(
+        parameters=tuple(item for item in parameters if isinstance(item, params.Param)),
+        start_deadline=deadline,
+        max_runtime=longest,
+        min_runtime=shortest,
         active_from=window[0],
         active_until=window[1],
         after=upstreams,
@@ -302,6 +325,45 @@ def _window(job: str, start: object, end: object) -> tuple[dt.datetime | None, d
         raise exceptions.ImproperlyDeclared(
             f"active_until ({closes.isoformat()}) must be later than active_from ({opens.isoformat()}).", job=job)
     return opens, closes
+
+
+#: The longest timing bound (seconds, about three years): beyond it PostgreSQL's intervals overflow.
+LONGEST_BOUND = 1e8
+
+
+def valid_bound(value: object) -> bool:
+    """A timing bound: a finite number of seconds above 0, at most ``LONGEST_BOUND``."""
+    return (isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+            and 0 < value <= LONGEST_BOUND)
+
+
+def _bound(job: str, what: str, value: object) -> float | None:
+    if value is None:
+        return None
+    if not valid_bound(value):
+        raise exceptions.ImproperlyDeclared(
+            f"{what} must be a number of seconds greater than 0 and at most {LONGEST_BOUND:.0e}, not {value!r}.",
+            job=job)
+    return float(value)  # type: ignore[arg-type]
+
+
+def _timing(job: str, start_deadline: object, max_runtime: object,
+            min_runtime: object) -> tuple[float | None, float | None, float | None]:
+    """``start_deadline`` (``DEFAULT_START_DEADLINE`` when not declared; False: none, whatever the
+    default), ``max_runtime`` and ``min_runtime``: seconds, or None; the shortest below the longest."""
+    if start_deadline is None:
+        configured = conf.settings.DEFAULT_START_DEADLINE  # a bad value is cron_celery.E002
+        deadline = float(configured) if valid_bound(configured) else None  # type: ignore[arg-type]
+    elif start_deadline is False:
+        deadline = None
+    else:
+        deadline = _bound(job, "start_deadline", start_deadline)
+    longest = _bound(job, "max_runtime", max_runtime)
+    shortest = _bound(job, "min_runtime", min_runtime)
+    if longest is not None and shortest is not None and shortest >= longest:
+        raise exceptions.ImproperlyDeclared(
+            f"min_runtime ({shortest:g} s) must be shorter than max_runtime ({longest:g} s).", job=job)
+    return deadline, longest, shortest
 
 
 def _alert_on_upstream(job: str, value: object, upstreams: tuple[str, ...]) -> bool:

@@ -7,8 +7,9 @@ locks). The built-in job ``cron-celery-retention`` runs every day at 03:17 UTC w
 ``CRON_CELERY["RETENTION_DAYS"]`` is set, deleting ``RETENTION_STATUSES`` older than that.
 
 Whatever the history's retention, ``tidy`` (run by the reconciler once an hour) deletes the
-heartbeat rows of beats gone for a week and the alert rows settled more than
-``ALERT_RETENTION_DAYS`` ago (90 by default). The per-job counters (``Tally``) have a row
+heartbeat rows of beats gone for a week, the alert rows settled more than
+``ALERT_RETENTION_DAYS`` ago (90 by default) and the schedule changes (the audit log) recorded
+more than ``AUDIT_RETENTION_DAYS`` ago (730 by default). The per-job counters (``Tally``) have a row
 per job, status and duration bucket, and an execution's attempt history at most one entry
 per allowed attempt: neither grows with time.
 """
@@ -31,6 +32,7 @@ JOB = models.CronJob._meta.db_table
 ALERT = models.Alert._meta.db_table
 BEAT = models.BeatHeartbeat._meta.db_table
 HOUR, DURATIONS = models.Hour._meta.db_table, models.Durations._meta.db_table
+CHANGES = models.ScheduleChange._meta.db_table
 #: Statuses that are never deleted: the execution is not over.
 OPEN = frozenset({enums.Status.PENDING, enums.Status.RUNNING, enums.Status.RETRYING})
 
@@ -121,12 +123,14 @@ class Tidied:
     heartbeats: int
     alerts: int
     rollups: int = 0
+    schedule_changes: int = 0
 
 
 def tidy(batch: int) -> Tidied:
     """Delete what no page needs any more, at most ``batch`` rows of each: heartbeat rows of beats
     not seen for ``HEARTBEAT_DAYS`` and alert rows settled (sent, or given up) more than
-    ``ALERT_RETENTION_DAYS`` ago. Alerts still to be delivered are never deleted. Also the
+    ``ALERT_RETENTION_DAYS`` ago, and schedule changes recorded more than ``AUDIT_RETENTION_DAYS``
+    ago (the oldest first). Alerts still to be delivered are never deleted. Also the
     dashboard's rollups of slots older than ``models.ROLLUP_DAYS`` (all of them: at most a row
     per job an hour and a few per job a day age out, in a table of a few rows per job)."""
     days = conf.settings.ALERT_RETENTION_DAYS
@@ -150,12 +154,25 @@ def tidy(batch: int) -> Tidied:
                 [int(days), batch],
             )
             alerts = cursor.rowcount
+        changes = 0
+        audit_days = conf.settings.AUDIT_RETENTION_DAYS
+        if audit_days:  # through the index on changed_at, the oldest first
+            cursor.execute(
+                f"""
+                DELETE FROM {CHANGES} WHERE id IN (
+                    SELECT id FROM {CHANGES} WHERE changed_at < now() - make_interval(days => %s)
+                     ORDER BY changed_at LIMIT %s)
+                """,
+                [int(audit_days), batch],
+            )
+            changes = cursor.rowcount
         cursor.execute(f"DELETE FROM {HOUR} WHERE hour < now() - make_interval(days => %s)", [models.ROLLUP_DAYS])
         rollups = cursor.rowcount
         cursor.execute(f"DELETE FROM {DURATIONS} WHERE day < ((now() AT TIME ZONE 'UTC')::date - %s)",
                        [models.ROLLUP_DAYS])
         rollups += cursor.rowcount
-    return Tidied(heartbeats=max(0, heartbeats), alerts=max(0, alerts), rollups=max(0, rollups))
+    return Tidied(heartbeats=max(0, heartbeats), alerts=max(0, alerts), rollups=max(0, rollups),
+                  schedule_changes=max(0, changes))
 
 def run_retention() -> str:
     """The daily retention job's body."""

@@ -26,9 +26,12 @@ def wanted(job: registry.Job, status: str, error: BaseException | None, retry_co
     An exception retries when it is one of ``retry_on`` (any ``Exception`` by default; the
     soft time limit's ``SoftTimeLimitExceeded`` is one). A reported failure
     (``{"error": True}`` or ``JobFailed``) retries only with ``retry_on_failure``. A run
-    interrupted by a worker shutdown is always tried again while attempts remain.
+    interrupted by a worker shutdown is always tried again while attempts remain. Parameter
+    values that do not fit the job (``InvalidParams``) are never tried again.
     """
     if retry_count >= job.max_retries or status not in (S.FAILED, S.TIMED_OUT):
+        return False
+    if isinstance(error, exceptions.InvalidParams):  # the same values would fail the same way
         return False
     if isinstance(error, exceptions.Interrupted):
         return True

@@ -16,7 +16,8 @@ import socket
 import threading
 import time
 import traceback as tb
-from collections.abc import Callable
+import types
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from celery.exceptions import SoftTimeLimitExceeded
@@ -34,6 +35,7 @@ from cron_celery import (
     limits,
     locks,
     outcomes,
+    params,
     registry,
     retries,
     schedules,
@@ -54,6 +56,8 @@ class Run:
     ``fence`` grows with every claim of the job: pass it to your own downstream writes
     (``UPDATE ... WHERE fence < %s``) so a stale run can never overwrite a newer one.
     ``key`` is the idempotency key ``"{code}:{slot}"`` for external calls.
+    ``params`` (read-only) holds the values of the job's parameters this run was given, as their
+    annotated types, the defaults for the rest: what the body also receives as keyword arguments.
     """
 
     job: str
@@ -68,6 +72,7 @@ class Run:
     trigger: str
     logger: logging.LoggerAdapter[logging.Logger]
     cancelled: threading.Event
+    params: Mapping[str, Any] = dataclasses.field(default_factory=lambda: types.MappingProxyType({}))
 
     def check(self) -> None:
         """Call it between units of work: raises ``Interrupted`` when the worker is shutting
@@ -214,7 +219,7 @@ UNSTORABLE = "RESULT_NOT_STORABLE"
 
 def _record(job: registry.Job, claim: claims.Claim, slot: dt.datetime, *, countdown: float | None,
             status: str, message: str, error_code: str, traceback: str,
-            result: Any) -> str | bool:
+            result: Any, runtime: float | None = None) -> str | bool:
     """Write the attempt's outcome: ``RETRYING`` if ``countdown`` is given and the job's row allows
     another attempt, else the final outcome (True; False when fenced). Inside a transaction
     (an in-process call) it runs in a savepoint, so a refused write leaves the transaction usable."""
@@ -228,6 +233,7 @@ def _record(job: registry.Job, claim: claims.Claim, slot: dt.datetime, *, countd
             job, jobs.job_id(job), claim.execution_id, slot, fence=claim.fence, status=status, message=message,
             error_code=error_code, traceback=traceback, result=result,
             history=claim.retry_count > 0,  # a first attempt has no history to close
+            runtime=runtime,
         )
 
 
@@ -282,9 +288,10 @@ def _reconnecting(write: Callable[[], T], what: str, extra: dict[str, object]) -
             pause, retried = min(2.0, pause * 2), True
 
 
-def call_job(func: Callable[..., Any], *args: Any) -> Any:
-    """Call a job function; coroutine functions are run to completion."""
-    value = func(*args)
+def call_job(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Call a job function (its parameters as keyword arguments: ``**run.params``); coroutine
+    functions are run to completion."""
+    value = func(*args, **kwargs)
     if inspect.isawaitable(value):
         async def _await() -> Any:
             return await value
@@ -335,11 +342,18 @@ def execute(
     rerun: bool = False,
     celery_task_id: str = "",
     allow_retry: bool = False,
+    given: Mapping[str, params.Json] | None = None,
+    params_given: bool = False,
 ) -> Outcome:
     """Run one slot of a job through the claim, the call and the fenced finish.
 
     With ``allow_retry`` (a run on a worker) a failed attempt that the job's retry policy
     retries ends as RETRYING (``Outcome.countdown`` says when); the caller sends it again.
+
+    The body runs with the parameter values on the execution's row, as the claim read them: for
+    a new execution, ``given`` (checked) over the job's scheduled ones; ``params_given`` makes it
+    a run with parameters a person gave (its own execution; see ``claims.begin``). A value that no
+    longer fits the job's parameters fails the run (``INVALID_PARAMS``), without calling the body.
     """
     tz = job.tzinfo
     execution_date = schedules.execution_date(slot, tz)
@@ -350,7 +364,8 @@ def execute(
     lock_state = job_lock.acquire(extra) if job_lock is not None else ""
     try:
         claim = _claim(job, slot, execution_date, execution_id, extra, trigger=trigger, force=force, rerun=rerun,
-                       celery_task_id=celery_task_id, lease_seconds=lease, lock_busy=lock_state == locks.BUSY)
+                       celery_task_id=celery_task_id, lease_seconds=lease, lock_busy=lock_state == locks.BUSY,
+                       given=dict(given) if given else None, params_given=params_given)
     except BaseException:
         if job_lock is not None:
             job_lock.release()
@@ -376,15 +391,15 @@ def execute(
                        message=f"waiting for execution {claim.blocker}")
     if claim.outcome == claims.GIVE_UP:
         assert claim.execution_id is not None
-        given = outcomes.given_up(job, job_id=jobs.job_id(job), execution_id=claim.execution_id,
-                                  note="not retried: the job is paused")
-        if given is None:
+        gave_up = outcomes.given_up(job, job_id=jobs.job_id(job), execution_id=claim.execution_id,
+                                    note="not retried: the job is paused")
+        if gave_up is None:
             return Outcome(job=job.name, slot=slot, status=claims.DUPLICATE, execution_id=claim.execution_id,
                            message="CHANGED")
         logger.warning("%s %s %s: its job is paused, so it is not retried: %s", job.name, schedules.iso(slot),
-                       given.status, given.message[:200], extra=extra)
-        return Outcome(job=job.name, slot=slot, status=given.status, execution_id=claim.execution_id,
-                       message=given.message, error_code=given.error_code, frees_job=True)
+                       gave_up.status, gave_up.message[:200], extra=extra)
+        return Outcome(job=job.name, slot=slot, status=gave_up.status, execution_id=claim.execution_id,
+                       message=gave_up.message, error_code=gave_up.error_code, frees_job=True)
     if claim.outcome == claims.DUPLICATE:
         logger.info("execution %s already %s; this delivery does nothing",
                     claim.execution_id, claim.status_seen, extra=extra)
@@ -404,12 +419,19 @@ def execute(
                        frees_job=claim.skip_reason == enums.SkipReason.PAUSED and execution_id is not None)
     assert claim.execution_id is not None and claim.fence is not None
     cancelled = threading.Event()
+    # The values on the row the claim read (a retry, a redelivery, a resend: the same row, the same
+    # values), as the annotated types; a value that no longer fits fails the run below, uncalled.
+    unfit: exceptions.InvalidParams | None = None
+    try:
+        values = params.resolve(job.parameters, claim.params, job=job.name, tz=tz)
+    except exceptions.InvalidParams as wrong:
+        values, unfit = {}, wrong
     run = Run(
         job=job.name, code=job.code, slot=slot, execution_date=execution_date,
         attempt=claim.retry_count + 1, fence=claim.fence, key=schedules.run_key(job.code, slot),
         execution_id=claim.execution_id, run_number=claim.run_number, trigger=trigger,
         logger=logging.LoggerAdapter(logging.getLogger(f"cron_celery.jobs.{job.name}"), extra),
-        cancelled=cancelled,
+        cancelled=cancelled, params=types.MappingProxyType(values),
     )
     outcomes.started(job, claim.execution_id, slot, claim.retry_count + 1)
     leases.track(claim.execution_id, claim.fence, lease, cancelled, extra,
@@ -420,9 +442,13 @@ def execute(
     trace = ""
     held = limits.NOT_HELD
     try:
+        began = time.monotonic()
         try:
+            if unfit is not None:
+                raise unfit
             value = call(run)
         finally:
+            runtime = time.monotonic() - began
             # The body is over: from here until the outcome is written the soft time limit is
             # held off (landing in the write it would roll it back, and the body would run again).
             try:
@@ -442,7 +468,8 @@ def execute(
         try:
             written, retried = _reconnecting(
                 lambda: _record(job, claim, slot, countdown=countdown, status=status,
-                                message=message, error_code=code, traceback=trace, result=stored),
+                                message=message, error_code=code, traceback=trace, result=stored,
+                                runtime=runtime),
                 "recording the outcome", extra)
         except (DataError, ValueError) as problem:  # the data, not the connection: record what can be
             logger.exception("the outcome of execution %s (%s) cannot be stored; recording %s instead",

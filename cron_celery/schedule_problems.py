@@ -1,8 +1,9 @@
 """Why a schedule cannot drive a job, and what happens to that job meanwhile.
 
 A periodic task's schedule row is read as ours (``read_schedule``): it must be a crontab
-or an interval of whole seconds that parses and fires at all. ``schedule_sync.apply_edits``
-refuses an edit that is not, for that job alone; ``set_aside`` parks a due job whose stored
+or an interval of whole seconds that parses and fires at all; its ``kwargs`` must be values of
+the job's parameters (``read_kwargs``). ``schedule_sync.apply_edits`` refuses an edit that is
+not, for that job alone; ``set_aside`` parks a due job whose stored
 schedule the beat cannot plan. Either way the reason is stored in
 ``CronJob.schedule_problem`` and each new reason is told to the job's failure channels
 (``alerts.schedule_problem``).
@@ -18,7 +19,7 @@ import logging
 from django.db import connection, transaction
 from django_celery_beat.models import IntervalSchedule
 
-from cron_celery import alerts, exceptions, models, registry, schedules
+from cron_celery import alerts, audit, exceptions, models, params, registry, schedules
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +77,28 @@ def _row_in_words(crontab: tuple[str, str, str, str, str, str] | None, interval:
     return "a solar or clocked schedule"
 
 
+def read_kwargs(code: str, kwargs: str | None, stored: dict[str, object] | None
+                ) -> tuple[dict[str, object] | None, str, bool]:
+    """A periodic task's ``kwargs`` read as the values of its job's scheduled runs, checked against
+    the job's parameters: (the values to keep on the job's row, the problem in words or '', whether
+    those values can run). Refused kwargs leave the job its ``stored`` values; when even those no
+    longer fit (a required parameter without a value, a name the code dropped) nothing can run.
+    A job not declared in this process keeps what it has: there is nothing to check against."""
+    try:
+        job = registry.get(code)
+    except exceptions.UnknownJob:
+        return stored, "", True
+    try:
+        values = params.from_kwargs(job.parameters, kwargs or "{}", job=job.name, tz=job.tzinfo)
+    except exceptions.InvalidParams as error:
+        try:
+            params.resolve(job.parameters, stored, job=job.name, tz=job.tzinfo)
+        except exceptions.InvalidParams:
+            return stored, f"kwargs: {error}", False
+        return stored, f"kwargs: {error}", True
+    return (dict(values) if values else None), "", True
+
+
 def previous_next(stored: str, stored_tz: str, now: dt.datetime) -> dt.datetime | None:
     """The next slot of the schedule the job had before the refused edit, if it had one."""
     if not stored:
@@ -114,7 +137,8 @@ def set_aside(problems: dict[int, str]) -> int:
     due and every other job keeps its slots. Returns how many were set aside."""
     if not problems:
         return 0
-    with connection.cursor() as cursor:
+    with transaction.atomic(), connection.cursor() as cursor:
+        audit.set_author(source=audit.SCHEDULE_PROBLEM, cursor=cursor, keep=True)  # the pause, in the audit log
         cursor.execute(
             f"""
             UPDATE {JOB} AS job

@@ -19,13 +19,25 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import hashlib
+import json
 import logging
 
 from django.db import IntegrityError, connection, transaction
+from django.db.models import F
 from django.utils import timezone
 from django_celery_beat.models import CrontabSchedule, IntervalSchedule, PeriodicTask, PeriodicTasks
 
-from cron_celery import dependencies, exceptions, jobs, models, registry, schedule_problems, schedules
+from cron_celery import (
+    audit,
+    dependencies,
+    exceptions,
+    executions,
+    jobs,
+    models,
+    registry,
+    schedule_problems,
+    schedules,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -115,8 +127,9 @@ def _schedule_row(schedule: schedules.Schedule, tz: str) -> dict[str, object]:
     return {"crontab": row, "interval": None}
 
 
-def sync(now: dt.datetime | None = None) -> SyncReport:
-    """Bring django-celery-beat in line with the jobs declared in code (see module doc)."""
+def sync(now: dt.datetime | None = None, *, source: str = audit.DEPLOY_SYNC) -> SyncReport:
+    """Bring django-celery-beat in line with the jobs declared in code (see module doc). What it
+    changes is recorded in the audit log with ``source`` (the beat's start, the command)."""
     report = SyncReport()
     declared = {job.code: job for job in registry.all_jobs() if job.schedule is not None}
     job_ids = jobs.refresh_job_ids(list(declared.values()))
@@ -136,20 +149,22 @@ def sync(now: dt.datetime | None = None) -> SyncReport:
                 .values_list("name", flat=True))
     fresh = [job for job in to_write if known[job.code]["periodic_task_id"] is None
              and task_name_for(job) not in taken]
-    if fresh and _create_in_bulk(fresh, job_ids):
+    if fresh and _create_in_bulk(fresh, job_ids, source):
         report.created += [job.name for job in fresh]
         done = {job.code for job in fresh}
         to_write = [job for job in to_write if job.code not in done]
     for job in to_write:
-        _write_from_code(job, job_ids[job.code], declaration_hash(job), report)
+        _write_from_code(job, job_ids[job.code], declaration_hash(job), report, source)
     stale = [row for code, row in known.items() if code not in declared and row["periodic_task_id"] is not None]
     for row in stale:
         with transaction.atomic():
+            audit.set_author(source=source)
             models.CronJob.objects.filter(id=row["id"]).update(periodic_task=None, next_run_at=None)
             PeriodicTask.objects.filter(id=row["periodic_task_id"]).update(enabled=False)
         report.disabled.append(row["code"])
     if stale or fresh:
         PeriodicTasks.update_changed()  # bulk writes send no signals: tell django-celery-beat
+    recheck_params()
     # Jobs no longer scheduled by anyone never fall due.
     models.CronJob.objects.filter(periodic_task__isnull=True).exclude(code__in=list(declared)).exclude(
         next_run_at=None).update(next_run_at=None)
@@ -159,7 +174,7 @@ def sync(now: dt.datetime | None = None) -> SyncReport:
     return report
 
 
-def _create_in_bulk(jobs: list[registry.Job], job_ids: dict[str, int]) -> bool:
+def _create_in_bulk(jobs: list[registry.Job], job_ids: dict[str, int], source: str) -> bool:
     """Periodic tasks for jobs that never had one, in a few statements (thousands of new
     jobs on a first start). False if another process created some meanwhile."""
     rows: dict[tuple[str, str], dict[str, object]] = {}
@@ -177,6 +192,7 @@ def _create_in_bulk(jobs: list[registry.Job], job_ids: dict[str, int]) -> bool:
                                   description=sentences[job.schedule], **rows[key], **_window_fields(job)))
     try:
         with transaction.atomic():
+            audit.set_author(source=source)
             created = PeriodicTask.objects.bulk_create(tasks)
             with connection.cursor() as cursor:
                 cursor.execute(
@@ -197,10 +213,11 @@ def _create_in_bulk(jobs: list[registry.Job], job_ids: dict[str, int]) -> bool:
     return True
 
 
-def _write_from_code(job: registry.Job, job_id: int, digest: str, report: SyncReport) -> None:
+def _write_from_code(job: registry.Job, job_id: int, digest: str, report: SyncReport, source: str) -> None:
     assert job.schedule is not None
     tz = job.schedule.timezone or job.timezone
     with transaction.atomic():
+        audit.set_author(source=source)
         row = models.CronJob.objects.select_for_update().get(id=job_id)
         if row.periodic_task_id is not None and row.declaration_hash == digest:
             report.kept.append(job.name)  # another process synced it meanwhile
@@ -237,6 +254,12 @@ def apply_edits(now: dt.datetime | None = None, limit: int = 1000) -> int:
     alone: the job keeps its previous schedule and next slot — or, with none, is paused —
     and the reason is stored in ``schedule_problem`` (the dashboard shows it), logged, and
     alerted on the job's failure channels once per new reason. A usable edit clears it.
+
+    The periodic task's ``kwargs`` are the values of the job's scheduled runs: checked against
+    the job's parameters and copied to its row (``params``), which the beat's dispatch writes on
+    every execution it inserts. Refused kwargs (not JSON, a name the job does not declare, a value
+    that does not fit, a required parameter left out) go the same way: the job keeps its previous
+    values — or, with none that can run, is paused — and the reason is stored and alerted.
     """
     now = now or timezone.now()
     with connection.cursor() as cursor:
@@ -245,7 +268,8 @@ def apply_edits(now: dt.datetime | None = None, limit: int = 1000) -> int:
             SELECT job.id, job.schedule_version, job.schedule, job.schedule_timezone, job.next_run_at,
                    task.enabled, c.minute, c.hour, c.day_of_month, c.month_of_year, c.day_of_week,
                    c.timezone, i.every, i.period, job.name, job.timezone, job.code, job.schedule_problem,
-                   task.start_time, task.expires, coalesce(task.one_off, false), job.active_from, job.active_until
+                   task.start_time, task.expires, coalesce(task.one_off, false), job.active_from, job.active_until,
+                   task.kwargs, job.params
             FROM {JOB} AS job
             LEFT JOIN {TASK} AS task ON task.id = job.periodic_task_id
             LEFT JOIN {CRONTAB} AS c ON c.id = task.crontab_id
@@ -257,13 +281,20 @@ def apply_edits(now: dt.datetime | None = None, limit: int = 1000) -> int:
         )
         rows = cursor.fetchall()
     updates: list[tuple[int, int, str, str, bool, dt.datetime | None, str, bool | None,
-                        dt.datetime | None, dt.datetime | None, bool]] = []
+                        dt.datetime | None, dt.datetime | None, bool, str | None]] = []
     readings: dict[tuple[object, object], schedule_problems.Reading] = {}  # thousands of jobs share a few schedules
     raised: dict[int, schedule_problems.Problem] = {}
     for (job_id, version, stored, stored_tz, next_run_at, enabled, minute, hour, dom, moy, dow, tz,
-         every, period, name, job_tz, code, known_problem, opens, closes, one_off, opened, closed) in rows:
+         every, period, name, job_tz, code, known_problem, opens, closes, one_off, opened, closed,
+         kwargs, stored_params) in rows:
         schedule_text, schedule_tz, problem = stored, stored_tz, ""
         move, next_at, paused = False, next_run_at, None  # paused None: leave the flag as it is
+        # The kwargs are the values of the job's scheduled runs: checked here, or refused for this job
+        # alone (it keeps the values it had; with none that can run it, it is paused until fixed).
+        new_params, refused, runnable = executions.loaded(stored_params), "", True
+        if enabled is not None:
+            new_params, refused, runnable = schedule_problems.read_kwargs(code, kwargs,
+                                                                          executions.loaded(stored_params))
         window_edited = enabled is not None and (opens, closes) != (opened, closed)
         if window_edited:
             logger.info("cron job %s: active window %s to %s", name, _iso_or_none(opens), _iso_or_none(closes))
@@ -285,38 +316,50 @@ def apply_edits(now: dt.datetime | None = None, limit: int = 1000) -> int:
                     if stored and changed:  # an edit, not a job's first schedule
                         logger.info("cron job %s: schedule %s; next slot %s", name, effective,
                                     schedules.iso(next_at) if next_at else "-")
-                if known_problem:
+                if known_problem and not refused:
                     logger.warning("cron job %s: its schedule can drive it again (%s)", name, effective)
             else:
                 problem = reading.problem
                 if enabled and next_run_at is None:  # resumed, or never scheduled: the previous schedule
                     move, next_at = True, schedule_problems.previous_next(stored, stored_tz, now)
+            schedule_refused = bool(problem)
+            if refused:
+                problem = f"{problem}; {refused}" if problem else refused
+                if not runnable:
+                    move, next_at = True, None
             if not enabled:
                 move, next_at = True, None
             paused = not enabled or (bool(problem) and next_at is None)
             if problem:
-                kept = "disabled" if not enabled else "paused" if next_at is None else f"keeping {stored!r}"
+                keeping = [f"keeping {stored!r}"] if schedule_refused else []
+                keeping += ["keeping its previous parameters"] if refused else []
+                kept = "disabled" if not enabled else "paused" if next_at is None else ", ".join(keeping)
                 logger.error("cron job %s: its periodic task's schedule cannot drive it (%s); %s until it is fixed",
                              name, problem, kept)
                 if problem != known_problem:
                     raised[job_id] = schedule_problems.Problem(code=code, name=name, problem=problem, kept=kept)
         linked = enabled is not None  # without a periodic task (after=, or gone from the code) the window stays
         updates.append((job_id, version, schedule_text, schedule_tz or "", move, next_at, problem, paused,
-                        opens if linked else opened, closes if linked else closed, bool(one_off) and linked))
+                        opens if linked else opened, closes if linked else closed, bool(one_off) and linked,
+                        None if new_params is None else json.dumps(new_params)))
     written: set[int] = set()
     if updates:
-        with connection.cursor() as cursor:
+        with transaction.atomic(), connection.cursor() as cursor:
+            # The copies below are no schedule change of the audit log (recorded at the periodic task),
+            # but for a pause decided here: an edit that cannot drive the job, or a usable one again.
+            audit.set_author(source=audit.EDIT_TAKEN_IN, cursor=cursor, keep=True)
             cursor.execute(
                 f"""
                 UPDATE {JOB} AS job
                    SET schedule = d.schedule, schedule_timezone = d.tz, schedule_seen = d.version,
                        next_run_at = CASE WHEN d.move THEN d.next_run_at ELSE job.next_run_at END,
                        schedule_problem = d.problem, paused = coalesce(d.paused, job.paused),
-                       active_from = d.opens, active_until = d.closes, one_off = d.one_off
+                       active_from = d.opens, active_until = d.closes, one_off = d.one_off, params = d.params::jsonb
                   FROM unnest(%s::bigint[], %s::bigint[], %s::text[], %s::text[], %s::boolean[],
                               %s::timestamptz[], %s::text[], %s::boolean[], %s::timestamptz[],
-                              %s::timestamptz[], %s::boolean[])
-                       AS d(job_id, version, schedule, tz, move, next_run_at, problem, paused, opens, closes, one_off)
+                              %s::timestamptz[], %s::boolean[], %s::text[])
+                       AS d(job_id, version, schedule, tz, move, next_run_at, problem, paused, opens, closes, one_off,
+                            params)
                  WHERE job.id = d.job_id AND job.schedule_version = d.version
                 RETURNING job.id
                 """,
@@ -327,6 +370,33 @@ def apply_edits(now: dt.datetime | None = None, limit: int = 1000) -> int:
     if written:
         note_downstream(sorted(written))
     return len(rows)
+
+
+def recheck_params() -> int:
+    """At a sync (a beat's start, ``sync_cron_schedules``), after a deploy may have changed the
+    jobs' parameters: mark for ``apply_edits`` each linked job whose periodic task's kwargs no
+    longer read as the values on its row, or whose refusal is new or gone. Jobs with default
+    kwargs, no values and no parameters are not even read. Returns how many were marked."""
+    with_parameters = [job.code for job in registry.all_jobs() if job.parameters]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            SELECT job.id, job.code, task.kwargs, job.params, job.schedule_problem
+            FROM {JOB} AS job JOIN {TASK} AS task ON task.id = job.periodic_task_id
+            WHERE task.kwargs NOT IN ('', '{{}}') OR job.params IS NOT NULL OR job.code = ANY(%s)
+            """,
+            [with_parameters],
+        )
+        rows = cursor.fetchall()
+    marked = []
+    for job_id, code, kwargs, stored, known_problem in rows:
+        before = executions.loaded(stored)
+        values, refused, _runnable = schedule_problems.read_kwargs(code, kwargs, before)
+        if (refused not in known_problem) if refused else (values != before or "kwargs: " in known_problem):
+            marked.append(job_id)
+    if marked:
+        models.CronJob.objects.filter(id__in=marked).update(schedule_version=F("schedule_version") + 1)
+    return len(marked)
 
 
 def opening(schedule: schedules.Schedule, first: dt.datetime | None, opens: dt.datetime | None) -> dt.datetime | None:

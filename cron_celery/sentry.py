@@ -49,8 +49,13 @@ def monitor_config(job: registry.Job) -> dict[str, Any]:
         # A schedule may carry its own zone (daily(at(6).am(), timezone=...)); it wins.
         "timezone": job.schedule.timezone or job.timezone,
         # A job with jitter checks in up to its offset after the slot: the margin covers it.
-        "checkin_margin": int(options().get("checkin_margin", 1)) + math.ceil(job.jitter_ms / 60_000),
-        "max_runtime": max(1, math.ceil((per_attempt * (job.max_retries + 1) + waits) / 60)),
+        # A declared start_deadline widens the margin to itself (Sentry counts whole minutes).
+        "checkin_margin": max(int(options().get("checkin_margin", 1)),
+                              math.ceil((job.start_deadline or 0) / 60)) + math.ceil(job.jitter_ms / 60_000),
+        # A declared max_runtime is the monitor's too (Sentry then records the check-in as timed out:
+        # a failure there, where cron_celery only warns with LONG_RUNNING).
+        "max_runtime": max(1, math.ceil((job.max_runtime if job.max_runtime is not None
+                                         else per_attempt * (job.max_retries + 1) + waits) / 60)),
         "failure_issue_threshold": max(1, job.alert_after),
         "recovery_threshold": int(options().get("recovery_threshold", 1)),
     }

@@ -8,7 +8,7 @@ import difflib
 import functools
 import inspect
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, TypeVar, overload
 
 import celery
@@ -23,6 +23,7 @@ from cron_celery import (
     jobs,
     oneoffs,
     outcomes,
+    params,
     registry,
     runs,
     schedule_sync,
@@ -48,7 +49,7 @@ DECLARATION_OPTIONS = ("name", "code", "pattern", "execution_pattern", "overlap"
 JOB_OPTIONS = ("max_retries", "retry_backoff", "retry_backoff_max", "retry_jitter", "retry_on",
                "retry_on_failure", "soft_time_limit", "time_limit", "notify", "alert_after", "alert_repeat",
                "max_concurrency", "concurrency_group", "jitter", "after", "active_from", "active_until",
-               "alert_on_upstream")
+               "alert_on_upstream", "start_deadline", "max_runtime", "min_runtime")
 
 
 def headers(execution_id: int, slot: dt.datetime, trigger: str, *, force: bool = False,
@@ -102,16 +103,34 @@ class Sent:
     celery_task_id: str
 
 
+def with_scheduled(job: registry.Job, given: Mapping[str, params.Json] | None) -> dict[str, params.Json]:
+    """The values a run sent now runs with: ``given`` (a person's, checked) over the job's scheduled
+    ones (its periodic task's kwargs in effect), the rest its defaults. Raises ``InvalidParams`` when
+    they would not run — a required parameter without a value, or a scheduled value the code no
+    longer takes (a deploy since the kwargs were checked) — before anything is recorded or sent."""
+    merged = {**(jobs.scheduled_params(job) or {}), **(given or {})} if job.parameters else dict(given or {})
+    checked = params.from_json(job.parameters, merged, job=job.name, tz=job.tzinfo)
+    params.require(job.parameters, checked, job=job.name)
+    return checked
+
+
 def send_run(job: registry.Job, slot: dt.datetime, trigger: str, *, force: bool = False,
-             rerun: bool = False, cascade: bool = False) -> Sent:
+             rerun: bool = False, cascade: bool = False, given: Mapping[str, params.Json] | None = None) -> Sent:
     """Send one run of a slot to the workers (``run_cron_task --enqueue``, the API, the admin,
     backfills): a PENDING execution, then its message. If the broker refuses the message the
-    execution is closed FAILED (``PUBLISH_FAILED``) and ``PublishFailed`` is raised."""
+    execution is closed FAILED (``PUBLISH_FAILED``) and ``PublishFailed`` is raised.
+
+    ``given``: parameter values a person gave (checked: ``params.from_text``/``from_json``). Then it
+    is a run with parameters: its own execution of the slot, which the slot's regular run neither
+    counts nor is skipped by (see ``claims``); its row holds them over the scheduled ones. Without
+    them the run takes the scheduled values and is a regular run of the slot, as before."""
     from celery import current_app
 
+    if given or any(param.required for param in job.parameters):
+        with_scheduled(job, given)  # refuse a run that could only fail for a missing value
     execution_id, run_number = dispatch.enqueue(
         job=job, job_id=jobs.job_id(job), slot=slot, execution_date=schedules.execution_date(slot, job.tzinfo),
-        trigger=trigger, forced=force or rerun, force=force, cascade=cascade,
+        trigger=trigger, forced=force or rerun, force=force, cascade=cascade, given=given or None,
     )
     try:
         result = publish(current_app, job.task_name, headers(execution_id, slot, trigger, force=force, rerun=rerun))
@@ -123,7 +142,8 @@ def send_run(job: registry.Job, slot: dt.datetime, trigger: str, *, force: bool 
     return Sent(execution_id=execution_id, run_number=run_number, celery_task_id=str(result.id))
 
 
-def schedule_one_off(job: registry.Job, at: dt.datetime, *, force: bool = False) -> oneoffs.Recorded:
+def schedule_one_off(job: registry.Job, at: dt.datetime, *, force: bool = False,
+                     given: Mapping[str, params.Json] | None = None) -> oneoffs.Recorded:
     """Record a one-off run of ``job`` at ``at`` for the beat to send then (``oneoffs``): the
     ``--schedule`` of ``run_cron_task``, the admin and the run endpoint. Raises ``OneOffRefused``
     saying what to do instead: ``at`` is past, a slot the job's schedule in effect runs anyway (not
@@ -136,8 +156,10 @@ def schedule_one_off(job: registry.Job, at: dt.datetime, *, force: bool = False)
         raise exceptions.OneOffRefused(
             f"it is a slot the job's schedule in effect runs anyway ({schedule}); choose another minute "
             "(or send a run now with --enqueue).", job=job.name, at=schedules.iso(at))
+    if given or any(param.required for param in job.parameters):
+        with_scheduled(job, given)
     try:
-        return oneoffs.record(job, jobs.job_id(job), at, force=force)
+        return oneoffs.record(job, jobs.job_id(job), at, force=force, given=given or None)
     except ValueError as error:
         raise exceptions.OneOffRefused(f"{error}.", job=job.name, at=schedules.iso(at)) from None
 
@@ -235,10 +257,31 @@ class TrackedTask(celery.Task):  # type: ignore[type-arg]
             enums.Trigger.BEAT if execution_id is not None else enums.Trigger.DIRECT
         )
         on_worker = not (request.called_directly or request.is_eager)
+        # A direct call's keyword arguments that name the job's parameters are its values: checked,
+        # and stored on the execution it inserts. A message for an existing execution runs with the
+        # values on its row, whatever it carries (the row is the truth).
+        names = {param.name for param in job.parameters}
+        passed = {name: kwargs.pop(name) for name in list(kwargs) if name in names}
+        given, refused = None, None
+        if passed and execution_id is None:
+            try:
+                given = params.from_json(job.parameters, passed, job=job.name, tz=job.tzinfo)
+            except exceptions.InvalidParams as error:  # recorded: the run fails with it, uncalled
+                refused = error
+        elif passed:
+            # A retry of a direct call carries its first message's arguments again: nothing to warn of.
+            logger.info("%s: the message's %s are ignored; execution %s runs with the parameters on its row",
+                        job.name, ", ".join(sorted(passed)), execution_id)
+
+        def call(run: runs.Run) -> Any:
+            if refused is not None:
+                raise refused
+            return runs.call_job(self.run, run, *args, **kwargs, **run.params)
+
         outcome = runs.execute(
-            job, slot, lambda run: runs.call_job(self.run, run, *args, **kwargs),
+            job, slot, call,
             trigger=trigger, execution_id=int(execution_id) if execution_id else None,
-            force=force, rerun=rerun, celery_task_id=request.id or "", allow_retry=on_worker,
+            force=force, rerun=rerun, celery_task_id=request.id or "", allow_retry=on_worker, given=given,
         )
         if outcome.frees_job:
             send_waiting(self.app, job)
@@ -273,8 +316,8 @@ class TrackedTask(celery.Task):  # type: ignore[type-arg]
         return super().apply_async(args, kwargs, *rest, headers=message_headers, **options)
 
     def run(self, run: runs.Run, *args: Any, **kwargs: Any) -> Any:
-        """Class-style jobs implement ``execute(date)``; this calls it."""
-        return self.execute(run.execution_date)
+        """Class-style jobs implement ``execute(date)`` (with their parameters after ``*``); this calls it."""
+        return self.execute(run.execution_date, **run.params)
 
     def execute(self, date: dt.date) -> Any:
         raise NotImplementedError(f"{type(self).__name__} must define execute(self, date)")
@@ -399,10 +442,12 @@ def cron_task(
         tname = task_name or _task_name(fn)
         options, policy = _split_options(job_name, celery_options)
         base = _base_class(job_name, options.pop("base", TrackedTask))
+        # Its parameters: keyword-only, after ``run`` (after ``self, run`` for a bound task).
+        declared = params.from_signature(fn, skip=2 if options.get("bind") else 1, job=job_name)
         job = registry.register(registry.declare(
             name=job_name, code=code, task_name=tname, pattern=pattern, overlap=overlap,
             timezone=timezone, description=description or (fn.__doc__ or "").strip(),
-            schedule=schedule, catch_up=catch_up, **policy,
+            schedule=schedule, catch_up=catch_up, parameters=declared, **policy,
         ))
         return shared_task(name=tname, base=base, job=job, **options, **_celery_limits(job))(fn)  # type: ignore[no-untyped-call]
 
@@ -440,11 +485,12 @@ def register_task(
             name=name, code=code, task_name=tname, pattern=execution_pattern or pattern,
             overlap=overlap, timezone=timezone,
             description=description or (cls.__doc__ or "").strip(),
-            schedule=schedule, catch_up=catch_up, **policy,
+            schedule=schedule, catch_up=catch_up, parameters=params.from_signature(cls.execute, skip=2, job=name),
+            **policy,
         ))
 
         def entry(self: TrackedTask, run: runs.Run, *args: Any, **kwargs: Any) -> Any:
-            return self.execute(run.execution_date)
+            return self.execute(run.execution_date, **run.params)
 
         entry.__name__ = cls.__name__  # type: ignore[assignment]
         entry.__qualname__ = cls.__qualname__

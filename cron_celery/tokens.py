@@ -39,7 +39,11 @@ READ = "read"
 RUN = "run"
 #: ``POST run/<job>/`` with ``force`` (runs a paused job, and a slot that already ran); needs ``run`` too.
 FORCE = "force"
-SCOPES = (READ, RUN, FORCE)
+#: ``audit/``: the log of schedule changes (who changed what), for auditors; ``read`` does not give it.
+AUDIT = "audit"
+SCOPES = (READ, RUN, FORCE, AUDIT)
+#: What the deprecated ``API_TOKEN`` grants: every scope there was when it was replaced.
+LEGACY_SCOPES = (READ, RUN, FORCE)
 
 #: Shortest token accepted in ``API_TOKENS``: ``secrets.token_urlsafe(32)`` gives 43 characters.
 MIN_LENGTH = 32
@@ -52,7 +56,7 @@ NAME_SYNTAX = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}")
 ENTRY_KEYS = frozenset({"token", "scopes"})
 
 DEPRECATION = (
-    "CRON_CELERY['API_TOKEN'] is deprecated: it grants every scope (read, run and force). Write "
+    "CRON_CELERY['API_TOKEN'] is deprecated: it grants the scopes read, run and force. Write "
     "CRON_CELERY['API_TOKENS'] = {'legacy': {'token': os.environ['CRON_API_TOKEN'], "
     "'scopes': ['read', 'run', 'force']}} instead, then give each caller a token of its own with only "
     "the scopes it needs (see docs/operations.md)."
@@ -152,7 +156,7 @@ def parse(settings: conf.Settings) -> Parsed:
     is_legacy = isinstance(legacy, str) and bool(legacy)
     if is_legacy and len(legacy) >= LEGACY_MIN_LENGTH:  # shorter or not a string: cron_celery.E013
         values.setdefault(legacy, []).append(LEGACY_NAME)
-        tokens.append(Token(name=LEGACY_NAME, scopes=frozenset(SCOPES), digest=_digest(legacy), legacy=True))
+        tokens.append(Token(name=LEGACY_NAME, scopes=frozenset(LEGACY_SCOPES), digest=_digest(legacy), legacy=True))
     for names in values.values():
         if len(names) > 1:
             shown = ", ".join(repr(name) for name in names)

@@ -12,4 +12,5 @@ urlpatterns = [
     path("health/", views.health_view, name="health"),
     path("metrics/", views.metrics_view, name="metrics"),
     path("run/<str:job>/", views.run, name="run"),
+    path("audit/", views.audit_view, name="audit"),
 ]

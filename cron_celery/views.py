@@ -1,4 +1,4 @@
-"""The HTTP endpoints: ``status/``, ``health/``, ``metrics/`` and ``run/<job>/``.
+"""The HTTP endpoints: ``status/``, ``health/``, ``metrics/``, ``run/<job>/`` and ``audit/``.
 
 Mount them with ``path("cron/", include("cron_celery.urls"))``. Each endpoint asks for one
 thing, from a Bearer token or from a staff session:
@@ -7,7 +7,9 @@ thing, from a Bearer token or from a staff session:
   ``cron_celery.view_cronexecution`` permission (what the admin asks to show the history);
 - ``POST run/<job>/``: the scope ``run`` (and ``force`` with ``force=true``), or the
   session's ``cron_celery.change_cronjob`` (``models.OPERATE_PERMISSION``, as the admin's
-  run now and re-run actions, which are forced, ask).
+  run now and re-run actions, which are forced, ask);
+- ``audit/`` (the log of schedule changes): the scope ``audit``, or the session's
+  ``cron_celery.view_schedulechange`` (what the admin asks to list the changes).
 
 No or an unknown token: 401 with a ``WWW-Authenticate: Bearer`` challenge; a valid token
 without the scope: 403 naming the scope. Anonymous requests get 401, non-staff users and staff
@@ -27,10 +29,25 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware
+from django.utils import dateparse
+from django.utils import timezone as django_timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
-from cron_celery import checks, enums, exceptions, health, models, oneoffs, registry, schedule_sync, tasks, tokens
+from cron_celery import (
+    audit,
+    checks,
+    enums,
+    exceptions,
+    health,
+    models,
+    oneoffs,
+    params,
+    registry,
+    schedule_sync,
+    tasks,
+    tokens,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +55,8 @@ logger = logging.getLogger(__name__)
 MAX_LIMIT, DEFAULT_LIMIT = 1000, 100
 #: What a session needs to read the endpoints (the admin's permission to see the history).
 VIEW_PERMISSION = "cron_celery.view_cronexecution"
+#: What a session needs to read the audit log (the admin's permission to list schedule changes).
+AUDIT_PERMISSION = "cron_celery.view_schedulechange"
 View = Callable[..., HttpResponse]
 
 
@@ -137,6 +156,7 @@ def execution_summary(row: models.CronExecution) -> dict[str, Any]:
         "started": _iso(row.started), "ended": _iso(row.ended),
         "duration_seconds": duration.total_seconds() if duration is not None else None,
         "error_code": row.error_code or None, "message": row.message[:500],
+        "params": row.params, "params_given": row.params_given,
     }
 
 
@@ -197,9 +217,11 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
 def run(request: HttpRequest, job: str) -> HttpResponse:
     """Send one run of a job to the workers (trigger ENQUEUE). Form or JSON fields, all
     optional: ``date`` (its first slot that day), ``at`` (an exact slot), ``force``, ``rerun``,
-    ``cascade`` (its success runs the slot of the jobs declared ``after=`` it again). With
-    ``schedule`` true, nothing is sent now: a one-off run at ``at`` is recorded for the beat to
-    send then (201, trigger ONE_OFF).
+    ``cascade`` (its success runs the slot of the jobs declared ``after=`` it again), ``params``
+    (an object of parameter values; a form field holds it as JSON text): a run with parameters,
+    its own execution, its values over the scheduled ones; a bad one is a 400 whose ``field``
+    names it. With ``schedule`` true, nothing is sent now: a one-off run at ``at`` is recorded for
+    the beat to send then (201, trigger ONE_OFF).
     A token needs the scope ``run``, and ``force`` too for ``force``; a session needs
     ``models.OPERATE_PERMISSION`` for both, as the admin's forced actions do."""
     try:
@@ -207,6 +229,12 @@ def run(request: HttpRequest, job: str) -> HttpResponse:
     except exceptions.UnknownJob as error:
         return JsonResponse({"error": str(error)}, status=404)
     fields: dict[str, str] = {key: str(value) for key, value in request.POST.items()}
+    raw_params: object = None
+    if "params" in fields:  # a form field: JSON text
+        try:
+            raw_params = json.loads(fields.pop("params") or "null")
+        except ValueError as error:
+            return JsonResponse({"error": f"params is not JSON ({error})", "field": "params"}, status=400)
     if request.content_type == "application/json":
         try:
             body = json.loads(request.body or b"{}")
@@ -214,8 +242,15 @@ def run(request: HttpRequest, job: str) -> HttpResponse:
             return JsonResponse({"error": "the body is not JSON"}, status=400)
         if not isinstance(body, dict):
             return JsonResponse({"error": "the body must be a JSON object"}, status=400)
+        raw_params = body.pop("params", None)
         fields = {key: str(value).lower() if isinstance(value, bool) else str(value)
                   for key, value in body.items() if value is not None}  # null: as if absent
+    given: dict[str, params.Json] | None = None
+    if raw_params is not None:
+        try:
+            given = params.from_json(declared.parameters, raw_params, job=declared.name, tz=declared.tzinfo)
+        except exceptions.InvalidParams as error:
+            return JsonResponse({"error": str(error), "field": error.field}, status=400)
     flag = {"1", "true", "yes", "on"}
     force = fields.get("force", "").lower() in flag
     if force:
@@ -223,19 +258,22 @@ def run(request: HttpRequest, job: str) -> HttpResponse:
         if refused is not None:
             return refused
     if fields.get("schedule", "").lower() in flag:
-        return _schedule_one_off(request, declared, fields, force=force)
+        return _schedule_one_off(request, declared, fields, force=force, given=given)
     try:
         slot = schedule_sync.slot_for(declared, fields.get("date") or None, fields.get("at") or None)
         sent = tasks.send_run(declared, slot, enums.Trigger.ENQUEUE, force=force,
                               rerun=fields.get("rerun", "").lower() in flag,
-                              cascade=fields.get("cascade", "").lower() in flag)
+                              cascade=fields.get("cascade", "").lower() in flag, given=given)
     except exceptions.PublishFailed as error:
         return JsonResponse({"error": f"{declared.name}: {error}"}, status=503)
+    except exceptions.InvalidParams as error:
+        return JsonResponse({"error": str(error), "field": error.field}, status=400)
     except exceptions.CronCeleryError as error:
         return JsonResponse({"error": str(error)}, status=400)
     _log_done(request, "run of cron job %s for slot %s sent", declared, slot, sent.execution_id)
-    return JsonResponse({"job": declared.name, "slot": slot.isoformat(), "execution_id": sent.execution_id,
-                         "run_number": sent.run_number, "celery_task_id": sent.celery_task_id}, status=202)
+    answer = {"job": declared.name, "slot": slot.isoformat(), "execution_id": sent.execution_id,
+              "run_number": sent.run_number, "celery_task_id": sent.celery_task_id}
+    return JsonResponse({**answer, "params": given} if given else answer, status=202)
 
 
 def _log_done(request: HttpRequest, what: str, declared: registry.Job, slot: dt.datetime, execution_id: int) -> None:
@@ -247,7 +285,7 @@ def _log_done(request: HttpRequest, what: str, declared: registry.Job, slot: dt.
 
 
 def _schedule_one_off(request: HttpRequest, declared: registry.Job, fields: dict[str, str], *,
-                      force: bool) -> HttpResponse:
+                      force: bool, given: dict[str, params.Json] | None = None) -> HttpResponse:
     """``"schedule": true``: record a one-off run at ``at`` for the beat to send then (``oneoffs``)."""
     if not fields.get("at"):
         return JsonResponse({"error": "schedule needs at, the time of the one-off run (e.g. 2026-12-01T18:00)"},
@@ -258,9 +296,58 @@ def _schedule_one_off(request: HttpRequest, declared: registry.Job, fields: dict
                                       "a new run at a time of its own"}, status=400)
     try:
         at = schedule_sync.slot_for(declared, fields.get("date") or None, fields["at"])
-        recorded = tasks.schedule_one_off(declared, at, force=force)
+        recorded = tasks.schedule_one_off(declared, at, force=force, given=given)
+    except exceptions.InvalidParams as error:
+        return JsonResponse({"error": str(error), "field": error.field}, status=400)
     except exceptions.CronCeleryError as error:
         return JsonResponse({"error": str(error)}, status=400)
     _log_done(request, "one-off run of cron job %s at %s recorded", declared, at, recorded.execution_id)
     return JsonResponse({"job": declared.name, "slot": at.isoformat(), "execution_id": recorded.execution_id,
                          "run_number": recorded.run_number, "scheduled": True, "status": "PENDING"}, status=201)
+
+
+def _since(raw: str) -> dt.datetime | None:
+    """``since=``: an ISO 8601 date or time (UTC unless it carries an offset); None if unreadable."""
+    try:
+        moment = dateparse.parse_datetime(raw)
+        if moment is None:
+            day = dateparse.parse_date(raw)
+            moment = dt.datetime.combine(day, dt.time()) if day is not None else None
+    except ValueError:
+        return None
+    if moment is not None and django_timezone.is_naive(moment):
+        moment = moment.replace(tzinfo=dt.UTC)
+    return moment
+
+
+@require_GET
+@protected(tokens.AUDIT, AUDIT_PERMISSION)
+def audit_view(request: HttpRequest) -> HttpResponse:
+    """The audit log of schedule changes, newest first (``audit.page``): ``?job=`` (a job's name or
+    code; a deleted job's by the name or code it had), ``?since=`` (an ISO 8601 date or time, UTC unless it
+    has an offset), ``?limit=`` (1-1000, default 100), ``?before=`` (the id to continue below: the
+    answer's ``next`` link carries it). A token needs the scope ``audit``; a session the
+    permission to view schedule changes."""
+    raw = request.GET.get("limit", str(DEFAULT_LIMIT))
+    if not re.fullmatch(r"[0-9]{1,5}", raw) or not 1 <= int(raw) <= MAX_LIMIT:
+        return JsonResponse({"error": f"limit must be a whole number from 1 to {MAX_LIMIT}"}, status=400)
+    before_raw = request.GET.get("before", "")
+    if before_raw and not re.fullmatch(r"[1-9][0-9]{0,17}", before_raw):
+        return JsonResponse({"error": "before must be the id of a change (a whole number above 0)"}, status=400)
+    since_raw = request.GET.get("since", "")
+    since = _since(since_raw) if since_raw else None
+    if since_raw and since is None:
+        return JsonResponse({"error": f"since must be an ISO 8601 date or time such as 2026-11-29 or "
+                                      f"2026-11-29T08:00:00Z, not {since_raw[:40]!r}"}, status=400)
+    try:
+        found = audit.page(job=request.GET.get("job") or None, since=since,
+                           before=int(before_raw) if before_raw else None, limit=int(raw))
+    except exceptions.UnknownAuditedJob as error:
+        return JsonResponse({"error": str(error)}, status=404)
+    following = None
+    if found.more and found.changes:
+        query = request.GET.copy()
+        query["before"] = str(found.changes[-1].id)
+        following = f"{request.path}?{query.urlencode()}"
+    return JsonResponse({"changes": [audit.as_dict(change) for change in found.changes], "next": following})
+

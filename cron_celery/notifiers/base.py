@@ -27,7 +27,10 @@ from cron_celery import exceptions
 EVENT_WORDS = {
     "FAILED": "failed", "TIMED_OUT": "timed out", "LOST": "was lost", "MISSED": "missed a slot",
     "RECOVERED": "recovered", "SUCCEEDED": "succeeded", "UPSTREAM": "was skipped: an upstream job failed",
+    "LATE": "has not started in time", "LONG_RUNNING": "is running too long", "TOO_FAST": "finished too fast",
 }
+#: Events that warn of a run's timing rather than report a failure.
+WARNING_EVENTS = frozenset({"LATE", "LONG_RUNNING", "TOO_FAST"})
 #: At most this many lines and characters of an error go into a message.
 ERROR_LINES, ERROR_CHARS = 12, 1500
 
@@ -51,6 +54,7 @@ class Message:
     error: str  # the execution's message
     traceback: str
     admin_url: str  # empty without ADMIN_BASE_URL
+    params: str = ""  # the parameter values the run was given ("region=us, dry_run=true"); empty: none
 
     @property
     def title(self) -> str:
@@ -59,6 +63,11 @@ class Message:
     @property
     def failing(self) -> bool:
         return self.event in ("FAILED", "TIMED_OUT", "LOST", "MISSED", "UPSTREAM")
+
+    @property
+    def warning(self) -> bool:
+        """A timing alert (LATE, LONG_RUNNING, TOO_FAST): something to look at, not a failure."""
+        return self.event in WARNING_EVENTS
 
     def facts(self) -> list[tuple[str, str]]:
         """(label, value) pairs, in the order a person reads them."""
@@ -70,6 +79,8 @@ class Message:
             ("Attempt", str(self.attempt)),
             ("Run", f"#{self.run_number} ({self.trigger.lower()})"),
         ]
+        if self.params:
+            pairs.append(("Parameters", self.params))
         if self.duration is not None:
             pairs.append(("Duration", f"{self.duration:.1f} s"))
         if self.error_code:
@@ -92,13 +103,14 @@ class Message:
         return "\n".join(body)
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        found = {
             "event": self.event, "job": self.job, "code": self.code, "slot": self.slot.isoformat(),
             "execution_date": self.execution_date.isoformat(), "execution_id": self.execution_id,
             "run_number": self.run_number, "attempt": self.attempt, "status": self.status, "trigger": self.trigger,
             "duration_seconds": self.duration, "error_code": self.error_code, "error": self.excerpt(),
             "admin_url": self.admin_url or None,
         }
+        return {**found, "params": self.params} if self.params else found  # a run with parameters names them
 
 
 class Channel:

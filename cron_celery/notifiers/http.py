@@ -43,7 +43,7 @@ class SlackChannel(Channel):
     secrets = ("webhook_url",)
 
     def render(self, message: Message) -> dict[str, Any]:
-        icon = ":red_circle:" if message.failing else ":large_green_circle:"
+        icon = ":red_circle:" if message.failing else ":warning:" if message.warning else ":large_green_circle:"
         lines = [f"{icon} *{slack_escape(message.title)}*"]
         lines += [f"*{label}:* {slack_escape(value)}" for label, value in message.facts()]
         tail = [f"<{message.admin_url}|Open the execution in the admin>"] if message.admin_url else []

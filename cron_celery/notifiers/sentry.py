@@ -53,7 +53,7 @@ class SentryChannel(Channel):
             raise exceptions.DeliveryFailed("sentry-sdk is not initialised in this worker (call sentry_sdk.init).")
         first_line = (message.error.strip().splitlines() or [message.status])[0][:200]
         event: dict[str, Any] = {
-            "level": "error",
+            "level": "warning" if message.warning else "error",
             "logger": "cron_celery",
             "message": f"{message.job} ({message.code}) {message.status}: {first_line}",
             "tags": {"cron.job": message.job, "cron.code": message.code, "cron.slot": message.slot.isoformat(),

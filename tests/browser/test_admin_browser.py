@@ -262,3 +262,29 @@ def test_a_one_off_run_scheduled_shown_and_cancelled_in_the_admin(page: Page, li
     execution.refresh_from_db()
     assert (execution.status, execution.skip_reason) == (Status.SKIPPED, "CANCELLED")
     page.screenshot(path=str(SHOTS / "history-one-off-cancelled.png"), full_page=True)
+
+
+def test_late_and_long_runs_show_as_badges_on_the_dashboard(page: Page, live_server: Any) -> None:
+    """A run waiting past its job's start_deadline reads "late 4 min" beside the job's status, one
+    running past its max_runtime "running 2 h"; a job within its bounds shows neither."""
+    ids = seed()
+    now = dt.datetime.now(dt.UTC)
+    CronJob.objects.filter(id=ids["calc-commission"]).update(start_deadline=60)
+    CronJob.objects.filter(id=ids["nightly-report"]).update(max_runtime=3600)
+    CronJob.objects.filter(id=ids["tick-2s"]).update(start_deadline=3600, max_runtime=3 * 3600)
+    for name, status, since in (("calc-commission", Status.PENDING, now - dt.timedelta(minutes=4, seconds=20)),
+                                ("nightly-report", Status.RUNNING, now - dt.timedelta(hours=2, minutes=5)),
+                                ("tick-2s", Status.RUNNING, now - dt.timedelta(hours=2, minutes=5))):
+        job = CronJob.objects.get(id=ids[name])
+        row = CronExecution.objects.create(
+            job=job, task_code=job.code, task_name=job.name, slot=since.replace(second=0, microsecond=0),
+            execution_date=since.date(), run_number=7, status=status, trigger=Trigger.BEAT, due_at=since,
+            started=since if status == Status.RUNNING else None)
+        CronExecution.objects.filter(id=row.id).update(created_at=since)  # the beat records a slot when due
+    page.goto(f"{live_server.url}/admin/cron_celery/cronjob/")
+    rows = page.locator("#result_list tbody tr")
+    expect(rows.filter(has_text="calc-commission").locator(".cron-badge")).to_have_text(["never run", "late 4 min"])
+    expect(rows.filter(has_text="nightly-report").locator(".cron-badge").first).to_have_text("failed")
+    expect(rows.filter(has_text="nightly-report").locator(".cron-badge").nth(1)).to_have_text("running 2 h")
+    expect(rows.filter(has_text="tick-2s").locator(".cron-badge")).to_have_text(["succeeded"])  # within bounds
+    page.locator("#result_list").screenshot(path=str(SHOTS / "dashboard-timing.png"))

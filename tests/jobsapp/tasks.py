@@ -225,12 +225,13 @@ from tests.jobsapp import (  # noqa: E402
     jobs_edits,
     jobs_leader,
     jobs_leases,
+    jobs_params,
     jobs_results,
     jobs_routing,
 )
 
-__all__ = ["jobs_buffer", "jobs_chain", "jobs_database", "jobs_edits", "jobs_leader", "jobs_leases", "jobs_results",
-           "jobs_routing"]
+__all__ = ["jobs_buffer", "jobs_chain", "jobs_database", "jobs_edits", "jobs_leader", "jobs_leases", "jobs_params",
+           "jobs_results", "jobs_routing"]
 
 
 # Active windows and one_off (tests/faults/test_windows.py): a one-second job whose window is
@@ -241,3 +242,17 @@ if os.environ.get("CRON_TEST_WINDOW"):
     _ticker("windowed", "W01", 1, pattern="always", overlap="allow", catch_up="all", active_from=_opens,
             active_until=_closes)
     _ticker("once-only", "W02", 2, pattern="always", overlap="allow")
+
+
+# Timing alerts (tests/faults/test_timing.py): a job sent to a queue no worker consumes, with a
+# two-second start_deadline, and one that runs six seconds against a two-second max_runtime.
+if os.environ.get("CRON_TEST_TIMING") == "1":
+    _unconsumed = f"{os.environ.get('CRON_CELERY_TEST_QUEUE', 'cron-celery-test')}-q-nobody"
+    _ticker("unconsumed", "TT1", 3, queue=_unconsumed, start_deadline=2, catch_up="none")
+
+    @cron_task(name="overruns", code="TT2", schedule=every(seconds=3), max_runtime=2, catch_up="none")
+    def overruns(run: Run) -> str:
+        """Runs six seconds against a two-second max_runtime (not stopped: it finishes)."""
+        mark(run, "overruns")
+        time.sleep(6)
+        return "finished, late"

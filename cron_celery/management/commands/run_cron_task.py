@@ -1,4 +1,5 @@
-"""``manage.py run_cron_task NAME [DATE] [--at TIME] [--force] [--rerun] [--cascade] [--enqueue | --schedule]``."""
+"""``manage.py run_cron_task NAME [DATE] [--at TIME] [--param NAME=VALUE ...] [--force] [--rerun] [--cascade]
+[--enqueue | --schedule]``."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from cron_celery import dispatch, enums, exceptions, jobs, registry, runs, schedule_sync, schedules, tasks
+from cron_celery import dispatch, enums, exceptions, jobs, params, registry, runs, schedule_sync, schedules, tasks
 
 #: Exit codes: 0 ran (or the slot was already done), 1 failed or bad input, 2 refused.
 EXIT_OK, EXIT_FAILED, EXIT_REFUSED = 0, 1, 2
@@ -55,6 +56,10 @@ class Command(BaseCommand):
         parser.add_argument("date", nargs="?", help="execution date YYYY-MM-DD (default: today)")
         parser.add_argument("--at", dest="at", help="exact slot, e.g. 2026-11-29T01:00 "
                             "(job's timezone unless an offset or Z is given)")
+        parser.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                            help="a value of one of the job's parameters (again for each): a run with parameters, "
+                                 "its own execution of the slot; the others take the scheduled values (the "
+                                 "periodic task's kwargs), then the defaults")
         parser.add_argument("--force", action="store_true",
                             help="start a new run even if the slot already ran or the job is paused")
         parser.add_argument("--rerun", action="store_true",
@@ -79,14 +84,18 @@ class Command(BaseCommand):
                                 "--schedule needs --at, the time of the one-off run (e.g. --at 2026-12-01T18:00).")
         try:
             job = registry.get(options["job"])
+            given = self._given(job, options["param"])
             slot = schedule_sync.slot_for(job, options["date"], options["at"])
             if options["schedule"]:
-                self._schedule(job, slot, force=options["force"])
+                self._schedule(job, slot, force=options["force"], given=given)
                 return
+            if given or any(param.required for param in job.parameters):
+                tasks.with_scheduled(job, given)  # a required parameter left without a value: refused now
         except exceptions.CronCeleryError as exc:
             raise self.fail(str(exc)) from None
         if options["enqueue"]:
-            self._enqueue(job, slot, force=options["force"], rerun=options["rerun"], cascade=options["cascade"])
+            self._enqueue(job, slot, force=options["force"], rerun=options["rerun"], cascade=options["cascade"],
+                          given=given)
             return
         from celery import current_app
 
@@ -98,18 +107,20 @@ class Command(BaseCommand):
         if options["cascade"]:  # the row carries the cascade, so the database trigger sees it at the end
             execution_id, _number = dispatch.enqueue(
                 job=job, job_id=jobs.job_id(job), slot=slot, execution_date=schedules.execution_date(slot, job.tzinfo),
-                trigger=trigger, forced=options["force"] or options["rerun"], force=options["force"], cascade=True)
+                trigger=trigger, forced=options["force"] or options["rerun"], force=options["force"], cascade=True,
+                given=given)
         with said_once():
             outcome = runs.execute(
-                job, slot, lambda run: runs.call_job(task.run, run), trigger=trigger, execution_id=execution_id,
-                force=options["force"], rerun=options["rerun"],
+                job, slot, lambda run: runs.call_job(task.run, run, **run.params), trigger=trigger,
+                execution_id=execution_id, force=options["force"], rerun=options["rerun"], given=given,
+                params_given=bool(given),
             )
         if outcome.frees_job:  # a run the workers' backfill or retries wait for may start now
             tasks.send_waiting(current_app, job)
         if (outcome.status == enums.Status.SUCCEEDED and outcome.execution_id is not None
                 and registry.has_downstream(job.name)):
             tasks.send_downstream(current_app, outcome.execution_id)  # jobs declared after= it
-        label = f"{job.name} {schedules.iso(slot)}"
+        label = f"{job.name} {schedules.iso(slot)}" + (f" with {params.shown(given)}" if given else "")
         where = (f"(execution {outcome.execution_id}, recorded as a skip)" if outcome.status == enums.Status.SKIPPED
                  else f"(execution {outcome.execution_id}, run #{outcome.run_number})")
         if outcome.status == enums.Status.SUCCEEDED:
@@ -126,8 +137,22 @@ class Command(BaseCommand):
         first = outcome.message.splitlines()[0] if outcome.message else ""
         raise self.fail(f"{label} {outcome.status.lower()} {where}: {first[:500]}")
 
-    def _schedule(self, job: registry.Job, at: dt.datetime, *, force: bool) -> None:
-        recorded = tasks.schedule_one_off(job, at, force=force)
+    def _given(self, job: registry.Job, pairs: list[str]) -> dict[str, params.Json] | None:
+        """The ``--param`` values, checked against the job's parameters (``InvalidParams`` names the
+        one that is wrong); None without any."""
+        if not pairs:
+            return None
+        split = []
+        for text in pairs:
+            try:
+                split.append(params.parse_pair(text))
+            except ValueError as error:
+                raise exceptions.InvalidParams(f"--param: {error}.", job=job.name, field="--param") from None
+        return params.from_text(job.parameters, split, job=job.name, tz=job.tzinfo)
+
+    def _schedule(self, job: registry.Job, at: dt.datetime, *, force: bool,
+                  given: dict[str, params.Json] | None = None) -> None:
+        recorded = tasks.schedule_one_off(job, at, force=force, given=given)
         local = at.astimezone(job.tzinfo)
         self.stdout.write(self.style.SUCCESS(
             f"{job.name}: one-off run recorded for {schedules.iso(at)} ({local:%Y-%m-%d %H:%M %Z} in {job.timezone}), "
@@ -135,9 +160,11 @@ class Command(BaseCommand):
             "(action 'Cancel one-off runs not sent yet')."
         ))
 
-    def _enqueue(self, job: registry.Job, slot: dt.datetime, *, force: bool, rerun: bool, cascade: bool) -> None:
+    def _enqueue(self, job: registry.Job, slot: dt.datetime, *, force: bool, rerun: bool, cascade: bool,
+                 given: dict[str, params.Json] | None = None) -> None:
         try:
-            sent = tasks.send_run(job, slot, enums.Trigger.ENQUEUE, force=force, rerun=rerun, cascade=cascade)
+            sent = tasks.send_run(job, slot, enums.Trigger.ENQUEUE, force=force, rerun=rerun, cascade=cascade,
+                                  given=given)
         except exceptions.PublishFailed as exc:
             raise self.fail(f"{job.name} {schedules.iso(slot)} {exc}") from None
         self.stdout.write(self.style.SUCCESS(

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from cron_celery import leadership, schedule_sync
+from cron_celery import audit, leadership, schedule_sync
 
 
 class Command(BaseCommand):
@@ -17,7 +17,8 @@ class Command(BaseCommand):
     )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        report = schedule_sync.sync(leadership.database_now())  # the database's clock, as the beat's
+        # The database's clock, as the beat's; the audit log names this command as the source.
+        report = schedule_sync.sync(leadership.database_now(), source=audit.DEPLOY_COMMAND)
         for title, names in (("created", report.created), ("updated from code", report.updated),
                              ("disabled (gone from the code)", report.disabled)):
             for name in names:

@@ -1,8 +1,8 @@
 """``manage.py reset_demo``: forget every recorded run, the beats and the queue.
 
 Only for the demo's own database: it deletes every ``CronJob`` (with its executions and
-alerts), the periodic tasks made for them, the beats' heartbeats, the beat leader's lease
-and the messages waiting in the demo's queue.
+alerts), the periodic tasks made for them, their schedule changes (the audit log), the beats'
+heartbeats, the beat leader's lease and the messages waiting in the demo's queue.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from django_celery_beat.models import PeriodicTask
 from pottery import Redlock
 
 from cron_celery import beat, locks
-from cron_celery.models import BeatHeartbeat, CronExecution, CronJob
+from cron_celery.models import BeatHeartbeat, CronExecution, CronJob, ScheduleChange
 
 
 class Command(BaseCommand):
@@ -29,6 +29,7 @@ class Command(BaseCommand):
         # Job rows are recreated from their declarations on the next run; ids keep growing,
         # so a stale message can never claim a new execution.
         CronJob.objects.all().delete()
+        ScheduleChange.objects.all().delete()  # the jobs' audit log: this run's starts afresh
         BeatHeartbeat.objects.all().delete()
         lease = Redlock(key=beat.leader_key(), masters=locks.masters())
         for master in lease.masters:  # a beat killed last time may still hold the lease
