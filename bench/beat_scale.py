@@ -352,7 +352,7 @@ class CeleryBeatVariant(Variant):
     label = "DatabaseScheduler"
 
     def name(self, index: int) -> str:
-        return f"dbs-{index:05d}"
+        return f"dbs-{index:06d}"
 
     def prepare(self) -> None:
         from django_celery_beat.models import PeriodicTask, PeriodicTasks
@@ -414,8 +414,8 @@ class CronCeleryVariant(Variant):
     def declare(self, i: int, schedule: Any) -> Any:
         from cron_celery import registry
 
-        return registry.declare(name=f"beat-scale-{i:05d}", code=f"BS-{i:05d}",
-                                task_name=f"bench.beat_scale.job_{i:05d}", schedule=schedule)
+        return registry.declare(name=f"beat-scale-{i:06d}", code=f"BS-{i:06d}",
+                                task_name=f"bench.beat_scale.job_{i:06d}", schedule=schedule)
 
     def construct(self) -> Any:
         from cron_celery.beat import Scheduler
@@ -432,7 +432,7 @@ class CronCeleryVariant(Variant):
     def edit_target(self) -> Any:
         from cron_celery.models import CronJob
 
-        job = CronJob.objects.select_related("periodic_task").get(code=f"BS-{self.n // 2:05d}")
+        job = CronJob.objects.select_related("periodic_task").get(code=f"BS-{self.n // 2:06d}")
         if job.periodic_task is None:
             raise BenchError(f"job {job.name} has no periodic task after the sync")
         return job.periodic_task
@@ -477,8 +477,8 @@ class JitterVariant(CronCeleryVariant):
     def declare(self, i: int, schedule: Any) -> Any:
         from cron_celery import registry
 
-        return registry.declare(name=f"beat-scale-{i:05d}", code=f"BS-{i:05d}",
-                                task_name=f"bench.beat_scale.job_{i:05d}", schedule=schedule, jitter=self.jitter)
+        return registry.declare(name=f"beat-scale-{i:06d}", code=f"BS-{i:06d}",
+                                task_name=f"bench.beat_scale.job_{i:06d}", schedule=schedule, jitter=self.jitter)
 
 
 class DependentsVariant(CronCeleryVariant):
@@ -495,8 +495,8 @@ class DependentsVariant(CronCeleryVariant):
         super().prepare()
         started = time.perf_counter()
         for i in range(self.dependents):
-            job = registry.declare(name=f"beat-scale-after-{i:05d}", code=f"BA-{i:05d}",
-                                   task_name=f"bench.beat_scale.after_{i:05d}", after=[self.names[i % self.n]])
+            job = registry.declare(name=f"beat-scale-after-{i:06d}", code=f"BA-{i:06d}",
+                                   task_name=f"bench.beat_scale.after_{i:06d}", after=[self.names[i % self.n]])
             registry.register(job)
             self.names.append(job.name)
         self.declare_seconds += time.perf_counter() - started
@@ -750,19 +750,22 @@ def parse_sizes(text: str) -> tuple[int, ...]:
         sizes = tuple(int(part.replace("_", "")) for part in text.split(",") if part.strip())
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"expected sizes such as 10,1000: {text!r}") from exc
-    if not sizes or any(size < 1 or size > 99_999 for size in sizes):
-        raise argparse.ArgumentTypeError("sizes are 1..99999")
+    if not sizes or any(size < 1 or size > 999_999 for size in sizes):
+        raise argparse.ArgumentTypeError("sizes are 1..999999")
     return sizes
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--sizes", type=parse_sizes, default=None,
-                        help="numbers of jobs, comma-separated (default 10,1000,10000)")
+                        help="numbers of jobs, comma-separated (default 10,1000,10000; at most 999,999)")
     parser.add_argument("--quick", action="store_true", help="N = 10 and 1000 only (unless --sizes)")
     parser.add_argument("--idle-ticks", type=int, default=60, help=f"idle ticks (at least {MIN_IDLE_TICKS})")
     parser.add_argument("--burst-cap", type=float, default=60.0,
                         help="stop a burst this many seconds after the minute (default 60)")
+    parser.add_argument("--variants", default=",".join(variant.key for variant in VARIANTS),
+                        help="which schedulers to measure, comma-separated (default all: "
+                             f"{', '.join(variant.key for variant in VARIANTS)}); the page needs all")
     parser.add_argument("--json", type=Path, default=None,
                         help="write the results here (default bench/results/beat_scale-<time>.json)")
     args = parser.parse_args(argv)
@@ -771,6 +774,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--idle-ticks must be at least {MIN_IDLE_TICKS}")
     if not 1 <= args.burst_cap <= 60:
         parser.error("--burst-cap is 1..60 seconds (the next minute's slots must not mix in)")
+    known = {variant.key: variant for variant in VARIANTS}
+    chosen = [name.strip() for name in args.variants.split(",") if name.strip()]
+    if not chosen or [name for name in chosen if name not in known]:
+        parser.error(f"--variants takes some of {', '.join(known)}, not {args.variants!r}")
 
     stop_on_sigterm()
     redis_url, client = broker_client()
@@ -790,7 +797,7 @@ def main(argv: list[str] | None = None) -> int:
     started_at = dt.datetime.now(dt.UTC)
     header = {
         "date": started_at.strftime("%Y-%m-%d %H:%M UTC"), "sizes": list(sizes), "idle_ticks": args.idle_ticks,
-        "burst_cap_s": args.burst_cap, "queue": QUEUE, "broker": redis_url, "database": db_name,
+        "burst_cap_s": args.burst_cap, "variants": chosen, "queue": QUEUE, "broker": redis_url, "database": db_name,
         "postgresql": pg_version(), "beat_batch": conf.settings.BEAT_BATCH,
         "max_interval_s": app.conf.beat_max_loop_interval or 5, "cpus": os.cpu_count(),
         "loadavg": os.getloadavg(), **versions(),
@@ -807,7 +814,7 @@ def main(argv: list[str] | None = None) -> int:
         with publishes.installed():
             for n in sizes:
                 results[str(n)] = {}
-                for variant_cls in VARIANTS:
+                for variant_cls in (known[name] for name in chosen):
                     variant = variant_cls(app, n)
                     try:
                         results[str(n)][variant.key] = measure(variant, client, publishes, logs, args)
@@ -815,6 +822,8 @@ def main(argv: list[str] | None = None) -> int:
                         variant.teardown()
                 log("")
                 for key in CRON_VARIANTS:
+                    if "dbs" not in results[str(n)] or key not in results[str(n)]:
+                        continue  # a table compares with DatabaseScheduler: see the JSON for the rest
                     for line in table(n, results[str(n)]["dbs"], results[str(n)][key]):
                         log(line)
                     log("")

@@ -7,6 +7,7 @@ ratios are easy to check by hand. No service is used.
 
 from __future__ import annotations
 
+import argparse
 import inspect
 import json
 import shutil
@@ -317,3 +318,15 @@ def test_the_dashboard_figures_from_the_rollups_beside_the_week_scans(results_di
     assert "from its executions 598,752 of 604,800 succeeded, median 28.0 ms." in text
     edit(results_dir, "history.json", lambda data: data.pop("figures"))  # results from before the rollups
     assert "before and after the rollups" not in "\n".join(sections.history_section(page.load(results_dir)))
+
+
+def test_the_beat_benchmark_takes_sizes_up_to_a_million_and_names_its_variants(capsys):
+    from bench import beat_scale
+
+    assert beat_scale.parse_sizes("10,100_000") == (10, 100_000)
+    with pytest.raises(argparse.ArgumentTypeError, match=r"sizes are 1\.\.999999"):
+        beat_scale.parse_sizes("1000000")
+    with pytest.raises(SystemExit):
+        beat_scale.main(["--variants", "cron_celery,nonesuch"])
+    assert "--variants takes some of dbs, cron_celery, cron_celery_jitter, cron_celery_after, not " \
+           "'cron_celery,nonesuch'" in capsys.readouterr().err
