@@ -28,11 +28,25 @@ the other, with the tables emptied in between:
              published or ``--burst-cap`` seconds have passed since the boundary (then the
              time for all N is extrapolated from the rate so far). Reported: the time from the
              slot's instant to the first and to the last publish, and publishes per second
-             over the time to the last one.
+             over the time to the last one;
+  memory     this process's resident memory (``VmRSS``, after a garbage collection) before the N
+             jobs are put in place, once they are (declared, for cron_celery), with the first
+             scheduler built and open, and after the burst;
+  sync       (cron_celery) ``manage.py sync_cron_schedules`` with everything already in place:
+             its time, SQL statements and rows;
+  pages      (cron_celery) the admin's index, the jobs dashboard's first page, the history's
+             first page (the burst's N executions in it), one job's history, a job's page and the
+             Upcoming page, as a logged-in superuser through Django's test client: one warm-up
+             request, then five timed ones (median), their SQL statements and rows. The job and
+             execution tables are analyzed first, as autovacuum would have done by then.
+
+``--alone-from N`` measures sizes of N jobs and more with the cron_celery scheduler alone, e.g.
+``--sizes 10,1000,10000,100000 --alone-from 100000`` (the full run's).
 
 Every message goes to a queue nobody consumes, ``beat-scale-<pid>`` (Celery's default queue
-in this process, ``BENCH_DEFAULT_QUEUE``). Publishes are counted by wrapping ``app.send_task``
-(both schedulers end up there) and checked against the queue's length in Redis; the queue is
+in this process, ``BENCH_DEFAULT_QUEUE``). Publishes are counted with Celery's
+``after_task_publish`` signal (both schedulers' messages send it) and checked against the
+queue's length in Redis; the queue is
 emptied after each burst and deleted, with its bindings, at the end. The cron_celery scheduler
 leads without a lock (``CRON_CELERY_BEAT_ALWAYS_LEAD=1``).
 
@@ -44,9 +58,10 @@ Usage, from the repository root::
 
 A run waits for a minute boundary once per N and scheduler, so it takes a few minutes (about
 ten for the default sizes). Needs Redis (REDIS_URL, default redis://127.0.0.1:6379/0) and
-PostgreSQL (DATABASE_URL; its host, port and user are used with the database
-``cron_celery_bench``, created and migrated here; only that database's periodic-task and
-cron_celery tables are emptied).
+PostgreSQL (DATABASE_URL; its host, port and user are used with the database ``BENCH_DB``,
+default ``cron_celery_bench``, created and migrated here; only that database's periodic-task and
+cron_celery tables are emptied). Settings: ``bench/beat_scale_settings.py`` (the benchmark's, with
+the admin).
 """
 
 from __future__ import annotations
@@ -55,6 +70,8 @@ import argparse
 import contextlib
 import dataclasses
 import datetime as dt
+import gc
+import io
 import logging
 import math
 import os
@@ -79,14 +96,15 @@ from bench.common import (  # noqa: E402
     ensure_database,
     log,
     log_machine,
+    resident_mib,
     run,
     stop_on_sigterm,
     write_results,
 )
 
 QUEUE = f"beat-scale-{os.getpid()}"
-# Read when Django and Celery configure themselves (bench/settings.py, cron_celery.beat).
-os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
+# Read when Django and Celery configure themselves (bench/beat_scale_settings.py, cron_celery.beat).
+os.environ["DJANGO_SETTINGS_MODULE"] = "bench.beat_scale_settings"
 os.environ["BENCH_DEFAULT_QUEUE"] = QUEUE
 os.environ["CRON_CELERY_BEAT_ALWAYS_LEAD"] = "1"
 
@@ -187,27 +205,26 @@ class LogTally(logging.Filter):
 
 
 class PublishLog:
-    """Wraps ``app.send_task`` on the app instance and notes when each publish returned."""
+    """Notes when each message was published: Celery's ``after_task_publish`` signal, which its
+    ``send_task_message`` sends after every publish, whichever path built the message
+    (DatabaseScheduler's ``send_task``, or the cron_celery beat's own round sender)."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
         self.times: list[float] = []
 
+    def published(self, sender: Any = None, **kwargs: Any) -> None:
+        self.times.append(time.time())
+
     @contextlib.contextmanager
     def installed(self) -> Iterator[PublishLog]:
-        real = self.app.send_task
+        from celery.signals import after_task_publish
 
-        def send_task(*args: Any, **kwargs: Any) -> Any:
-            result = real(*args, **kwargs)
-            self.times.append(time.time())
-            return result
-
-        setattr(self.app, "send_task", send_task)  # noqa: B010 - shadow the method on this instance
+        after_task_publish.connect(self.published, weak=False)
         try:
             yield self
         finally:
-            with contextlib.suppress(AttributeError):
-                delattr(self.app, "send_task")
+            after_task_publish.disconnect(self.published)
 
 
 # -------------------------------------------------------------------------------- redis
@@ -429,6 +446,11 @@ class CronCeleryVariant(Variant):
             raise BenchError("arming past the minute")
         CronJob.objects.filter(code__startswith="BS-").update(next_run_at=utc(boundary))
 
+    def edit_target_job_id(self) -> int:
+        from cron_celery.models import CronJob
+
+        return int(CronJob.objects.values_list("id", flat=True).get(code=f"BS-{self.n // 2:06d}"))
+
     def edit_target(self) -> Any:
         from cron_celery.models import CronJob
 
@@ -612,6 +634,86 @@ def burst_phase(variant: Variant, scheduler: Any, publishes: PublishLog, client:
     return result
 
 
+def resident() -> float | None:
+    """This process's resident memory in MiB, once the garbage collector has run (not timed)."""
+    gc.collect()
+    return resident_mib()
+
+
+def sync_phase() -> dict[str, Any]:
+    """``manage.py sync_cron_schedules`` with every job, row and periodic task already in place (and
+    the shared crontab's edit kept): its time, statements and rows."""
+    from django.core.management import call_command
+
+    out = io.StringIO()
+    tally = SqlTally()
+    with tallying_sql(tally):
+        started = time.perf_counter()
+        call_command("sync_cron_schedules", stdout=out)
+        seconds = time.perf_counter() - started
+    said = [line for line in out.getvalue().splitlines() if line.strip()]
+    return {"seconds": seconds, **tally.as_dict(), "report": said[-1] if said else ""}
+
+
+def analyze_tables() -> None:
+    """Fresh planner statistics for the job and execution tables, filled seconds ago: the state
+    autovacuum leaves them in within minutes of a bulk load, in which the admin's pages are read
+    (the dashboard's count, for one, is PostgreSQL's estimate past 10,000 jobs)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE cron_celery_cronjob, cron_celery_cronexecution")
+
+
+#: The admin pages requested at each size (cron_celery only), as (key, what the page is, path); the
+#: job's own page and one job's history are filled in with the edited job's id.
+PAGES = (
+    ("index", "the admin's index", "/admin/"),
+    ("dashboard", "jobs dashboard, first page", "/admin/cron_celery/cronjob/"),
+    ("history", "history, first page", "/admin/cron_celery/cronexecution/"),
+    ("history_job", "one job's history", "/admin/cron_celery/cronexecution/?job={job}"),
+    ("job", "a job's page", "/admin/cron_celery/cronjob/{job}/change/"),
+    ("upcoming", "upcoming, the next hour", "/admin/cron_celery/cronjob/upcoming/"),
+)
+PAGE_REPEAT = 5
+
+
+def pages_phase(job_id: int, repeat: int = PAGE_REPEAT) -> dict[str, Any]:
+    """Each of ``PAGES`` as a logged-in superuser through Django's test client: one warm-up request,
+    then ``repeat`` timed ones (median and slowest), their statements and the rows those returned."""
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+    from django.test.utils import override_settings
+
+    users = get_user_model().objects
+    user = users.filter(username="bench").first() or users.create_superuser(
+        "bench", "bench@example.com", "bench-password-not-secret")
+    client = Client()
+    client.force_login(user)
+    pages: dict[str, Any] = {}
+    with override_settings(ALLOWED_HOSTS=["testserver"]):
+        for key, title, path in PAGES:
+            url = path.format(job=job_id)
+            durations: list[float] = []
+            tally = SqlTally()
+            size = 0
+            for index in range(repeat + 1):
+                counted = SqlTally()
+                with tallying_sql(counted):
+                    started = time.perf_counter()
+                    response = client.get(url)
+                    elapsed = time.perf_counter() - started
+                if response.status_code != 200:
+                    raise BenchError(f"{url} answered {response.status_code}")
+                if index:  # the first request warms the caches
+                    durations.append(elapsed)
+                    tally = counted
+                    size = len(response.content)
+            pages[key] = {"page": title, "url": url, "median_ms": statistics.median(durations) * 1000,
+                          "max_ms": max(durations) * 1000, "bytes": size, **tally.as_dict()}
+    return pages
+
+
 def window_needed(restart_s: float, n: int) -> float:
     """Seconds to leave before the minute for a rebuild, the idle ticks and the edits."""
     return min(55.0, 4 + restart_s * 1.5 + 6 + 3 * restart_s + n / 2000)
@@ -621,15 +723,18 @@ def measure(variant: Variant, client: redis.Redis, publishes: PublishLog, logs: 
             args: argparse.Namespace) -> dict[str, Any]:
     n = variant.n
     reset_tables()
+    memory: dict[str, float | None] = {"before_mib": resident()}
     started = time.perf_counter()
     variant.prepare()
     result: dict[str, Any] = {"scheduler": variant.label, "n": n,
-                              "prepare_s": time.perf_counter() - started}
+                              "prepare_s": time.perf_counter() - started, "memory": memory}
     if isinstance(variant, CronCeleryVariant):
         result["declare_s"] = variant.declare_seconds
+    memory["declared_mib"] = resident()
     logs.take()
 
     scheduler, result["build_first"] = timed_build(variant, logs)
+    memory["built_mib"] = resident()  # the scheduler still open, its schedule read
     variant.close(scheduler)
     scheduler, result["build_restart"] = timed_build(variant, logs)
     variant.close(scheduler)
@@ -668,11 +773,26 @@ def measure(variant: Variant, client: redis.Redis, publishes: PublishLog, logs: 
             f"waiting for {utc(boundary):%H:%M:%S}")
         result["burst"] = burst_phase(variant, scheduler, publishes, client, boundary, args.burst_cap)
         result["burst"]["log_records"] = logs.take()
+        memory["burst_mib"] = resident()
     finally:
         variant.close(scheduler)
     burst = result["burst"]
     log(f"  {'':<18} {'':<8} burst: {burst['published']}/{n} published, last "
         f"{burst['last_s']:.2f} s after the slot, {burst['rate_per_s']:.1f}/s")
+    before = memory["before_mib"]
+    log(f"  {'':<18} {'':<8} resident memory {before} MiB before the jobs, {memory['declared_mib']} declared, "
+        f"{memory['built_mib']} built, {memory['burst_mib']} after the burst")
+    if variant.key == "cron_celery":  # the command and the pages, with the burst's executions in place
+        result["sync_command"] = sync_phase()
+        analyze_tables()
+        sync = result["sync_command"]
+        log(f"  {'':<18} {'':<8} sync_cron_schedules {sync['seconds']:.3f} s, {sync['statements']:,} statements, "
+            f"{sync['rows_read']:,} rows read ({sync['report']})")
+        job_id = variant.edit_target_job_id()
+        result["pages"] = pages_phase(job_id)
+        for page in result["pages"].values():
+            log(f"  {'':<18} {'':<8} {page['page']:<28} {page['median_ms']:9.2f} ms median, "
+                f"{page['statements']:3} statements, {page['rows_read']:,} rows read")
     return result
 
 
@@ -745,6 +865,14 @@ def versions() -> dict[str, str]:
             "psycopg": psycopg.__version__, "redis_py": redis.__version__}
 
 
+def measured_at(n: int, chosen: list[str], alone_from: int | None) -> list[str]:
+    """The variants measured at ``n`` jobs: those chosen, or from ``alone_from`` jobs up only the
+    plain cron_celery scheduler (if chosen)."""
+    if alone_from is not None and n >= alone_from:
+        return [name for name in chosen if name == CronCeleryVariant.key]
+    return chosen
+
+
 def parse_sizes(text: str) -> tuple[int, ...]:
     try:
         sizes = tuple(int(part.replace("_", "")) for part in text.split(",") if part.strip())
@@ -766,6 +894,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variants", default=",".join(variant.key for variant in VARIANTS),
                         help="which schedulers to measure, comma-separated (default all: "
                              f"{', '.join(variant.key for variant in VARIANTS)}); the page needs all")
+    parser.add_argument("--alone-from", type=int, default=None, metavar="N",
+                        help="at N jobs and more, measure the cron_celery scheduler alone (DatabaseScheduler "
+                             "and the other variants would take hours at 100,000)")
     parser.add_argument("--json", type=Path, default=None,
                         help="write the results here (default bench/results/beat_scale-<time>.json)")
     args = parser.parse_args(argv)
@@ -797,7 +928,8 @@ def main(argv: list[str] | None = None) -> int:
     started_at = dt.datetime.now(dt.UTC)
     header = {
         "date": started_at.strftime("%Y-%m-%d %H:%M UTC"), "sizes": list(sizes), "idle_ticks": args.idle_ticks,
-        "burst_cap_s": args.burst_cap, "variants": chosen, "queue": QUEUE, "broker": redis_url, "database": db_name,
+        "burst_cap_s": args.burst_cap, "variants": chosen, "alone_from": args.alone_from, "queue": QUEUE,
+        "broker": redis_url, "database": db_name,
         "postgresql": pg_version(), "beat_batch": conf.settings.BEAT_BATCH,
         "max_interval_s": app.conf.beat_max_loop_interval or 5, "cpus": os.cpu_count(),
         "loadavg": os.getloadavg(), **versions(),
@@ -814,7 +946,7 @@ def main(argv: list[str] | None = None) -> int:
         with publishes.installed():
             for n in sizes:
                 results[str(n)] = {}
-                for variant_cls in (known[name] for name in chosen):
+                for variant_cls in (known[name] for name in measured_at(n, chosen, args.alone_from)):
                     variant = variant_cls(app, n)
                     try:
                         results[str(n)][variant.key] = measure(variant, client, publishes, logs, args)

@@ -57,6 +57,26 @@ def log_machine(cpus: int | None, load1: float, effect: str) -> None:
     log(f"  {cpus} CPUs, load average {load1:.2f}{busy}")
 
 
+def status_kib(text: str, field: str = "VmRSS") -> int | None:
+    """A ``kB`` figure of a ``/proc/<pid>/status`` text (``VmRSS``: resident memory), or None."""
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key == field:
+            parts = value.split()
+            return int(parts[0]) if parts and parts[0].isdigit() else None
+    return None
+
+
+def resident_mib(pid: int | str = "self") -> float | None:
+    """A process's resident memory (``VmRSS``) in MiB; None when it is gone or /proc says nothing."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    kib = status_kib(text)
+    return None if kib is None else round(kib / 1024, 1)
+
+
 def stop_on_sigterm() -> None:
     """Turn SIGTERM into KeyboardInterrupt, so that a script's ``finally`` blocks clean up."""
 
@@ -87,3 +107,34 @@ def run(main: Callable[[], int], *, what: str = "benchmark failed", after: str =
     except BenchError as exc:
         print(f"{what}: {exc}{after}", file=sys.stderr)
         sys.exit(1)
+
+
+# ------------------------------------------------------------------ the tracked-run tables
+
+
+def clean_tracked_tables() -> None:
+    """Empty the tables that tracked runs and django-celery-results write, then give the benchmark's
+    tracked job (``bench.tracked_noop``, bench/tasks.py) its row again: it must exist before the
+    first run (see the note on ``jobs.ensure_job`` in docs/benchmarks.md)."""
+    from django.db import connection
+
+    from cron_celery import jobs, registry
+
+    with connection.cursor() as cursor:
+        cursor.execute("TRUNCATE cron_celery_cronexecution, cron_celery_cronjob, "
+                       "django_celery_results_taskresult RESTART IDENTITY CASCADE")
+    jobs._job_ids.clear()
+    job = registry.by_task_name("bench.tracked_noop")
+    if job is None:
+        raise BenchError("the job bench.tracked_noop is not declared (bench/tasks.py)")
+    jobs.ensure_job(job)
+
+
+def count_rows(table: str, status: str) -> int:
+    """Rows of ``table`` (executions or task results) with ``status``."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT count(*) FROM {table} WHERE status = %s", [status])
+        row = cursor.fetchone()
+    return int(row[0]) if row else 0

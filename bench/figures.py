@@ -10,7 +10,7 @@ from typing import Any
 from bench.common import BenchError
 
 #: The benchmarks of one run, in the order of the page; each is ``bench/<name>.py``.
-NAMES = ("overhead", "locks", "beat_scale", "history")
+NAMES = ("overhead", "locks", "beat_scale", "latency", "history", "memory")
 
 #: Typographic marks, spelled as escapes so that the source stays plain ASCII around them.
 DASH = "\u2013"  # an unknown figure

@@ -620,6 +620,44 @@ def phase(job: Setup, side: str, n: int, client: Any) -> dict[str, Any]:
 # ------------------------------------------------------------------------------ redis
 
 
+def publish_cost(client: Any, queue: str, messages: int = 2000, repeats: int = 3) -> dict[str, Any]:
+    """Microseconds per message of the beat's way to publish a round (``publishing.RoundSender``)
+    against ``app.send_task`` per message, as the beat did before: ``messages`` messages of as many
+    task names (a round of distinct jobs) into kombu's publish batch, to the run's queue before any
+    worker consumes it (emptied after each). Alternated ``repeats`` times; medians."""
+    import statistics
+
+    from bench.celery_app import app
+    from cron_celery import publishing, tasks
+
+    slot = utc(next_boundary(time.time()))
+    names = [f"bench.latency_cost_{i:06d}" for i in range(messages)]
+
+    def by_send_task(producer: Any) -> None:
+        for i, name in enumerate(names):
+            tasks.publish(app, name, tasks.headers(i, slot, "BEAT"), task_id=uuid.uuid4().hex, producer=producer)
+
+    def by_round(producer: Any) -> None:
+        sender = publishing.RoundSender(app, producer)
+        for i, name in enumerate(names):
+            sender.send(name, tasks.headers(i, slot, "BEAT"), uuid.uuid4().hex)
+
+    per_message: dict[str, list[float]] = {"send_task": [], "round": []}
+    for _ in range(repeats + 1):  # the first pair warms up
+        for way, send in (("send_task", by_send_task), ("round", by_round)):
+            with app.producer_or_acquire() as producer, producer.batch(max_size=1000):
+                started = time.perf_counter()
+                send(producer)
+            per_message[way].append((time.perf_counter() - started) / messages * 1e6)
+            if client.llen(queue) != messages:
+                raise BenchError(f"publish cost: {client.llen(queue)} messages in {queue}, {messages} sent")
+            purge_queue(client, queue)
+    send_task_us = statistics.median(per_message["send_task"][1:])
+    round_us = statistics.median(per_message["round"][1:])
+    return {"messages": messages, "repeats": repeats, "send_task_us": send_task_us, "round_us": round_us,
+            "ratio": round_us / send_task_us}
+
+
 def clear_notes(client: Any, key: str) -> None:
     for name in ("pub", "wire", "start", "end", "ready:dbs"):
         client.delete(f"{key}:{name}")
@@ -737,6 +775,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         masters = [RedisMaster(logs) for _ in range(3)]
         job = Setup(tag=tag, key=key, queue=f"{key}-q", masters=tuple(m.url for m in masters), logs=logs, args=args)
+        settings["publish_cost"] = cost = publish_cost(client, f"{key}-q")
+        log(f"  publishing a round of {cost['messages']:,} messages: {cost['round_us']:.0f} us a message, "
+            f"send_task per message {cost['send_task_us']:.0f} us (x{cost['ratio']:.2f})")
         for n in sizes:
             results[str(n)] = {}
             for side in sides:

@@ -21,7 +21,12 @@ and the medians of the repeats are reported, with the ratios (iii)/(i), (iii)/(i
 (iii)/(iv).
 
 It also counts, in this process, the SQL statements and transactions of 100 tracked runs
-(the task called directly) and of 100 django-db result writes.
+(the task called directly) and of 100 django-db result writes, and times one WAL flush on this
+machine (pg_test_fsync beside the data directory, for the server's ``wal_sync_method``).
+
+``--also-commit-off`` adds (ii) and (iii) again, in turn with the others, their worker's connections
+with ``synchronous_commit = off``: the commit cost taken out on both sides. ``--profile SVG`` then runs
+N tracked runs once more under py-spy and draws the pool processes' flame graph (``bench/flame.py``).
 
 Usage, from the repository root::
 
@@ -44,6 +49,7 @@ import itertools
 import os
 import platform
 import re
+import shutil
 import signal
 import socket
 import statistics
@@ -64,9 +70,12 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script: make ``bench`` and ``cron_celery`` importable
     sys.path.insert(0, str(ROOT))
 
+from bench import flame, overhead_figures  # noqa: E402
 from bench.common import (  # noqa: E402
     BenchError,
     broker_client,
+    clean_tracked_tables,
+    count_rows,
     log,
     log_machine,
     run,
@@ -98,6 +107,7 @@ class Variant:
     done_status: str = ""
     reuse: bool = True  # False: the worker runs without CELERY_DB_REUSE_MAX
     once: bool = False  # celery-once: done when the counter is complete and no lock is left
+    commit: str = ""  # "off": the worker's connections run with synchronous_commit = off
 
 
 VARIANTS = (
@@ -115,6 +125,16 @@ NO_REUSE_VARIANTS = (
     Variant("tracked-noreuse", "(iii') (iii) without DB_REUSE_MAX", "bench.tracked_noop", "",
             "cron_celery_cronexecution", "SUCCEEDED", reuse=False),
 )
+#: With ``--also-commit-off``: (ii) and (iii) again, their worker's connections with
+#: ``synchronous_commit = off`` (a commit returns before its WAL is flushed): the commit cost
+#: taken out on both sides, so that what is left between them is code.
+COMMIT_OFF_VARIANTS = (
+    Variant("results-commit-off", "(ii*)  (ii), synchronous_commit off", "bench.noop", "django-db",
+            "django_celery_results_taskresult", "SUCCESS", commit="off"),
+    Variant("tracked-commit-off", "(iii*) (iii), synchronous_commit off", "bench.tracked_noop", "",
+            "cron_celery_cronexecution", "SUCCEEDED", commit="off"),
+)
+ALL_VARIANTS = VARIANTS + NO_REUSE_VARIANTS + COMMIT_OFF_VARIANTS
 
 
 # --------------------------------------------------------------------------- database
@@ -135,33 +155,6 @@ def setup_django() -> None:
 
     django.setup()
     call_command("migrate", verbosity=0, interactive=False)
-
-
-def clean_tables() -> None:
-    """Empty the tables, then register the benchmark's job (its row must exist already:
-    see the note on ``jobs.ensure_job`` in docs/benchmarks.md)."""
-    from django.db import connection
-
-    from cron_celery import jobs, registry
-
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "TRUNCATE cron_celery_cronexecution, cron_celery_cronjob, "
-            "django_celery_results_taskresult RESTART IDENTITY CASCADE"
-        )
-    job = registry.by_task_name("bench.tracked_noop")
-    if job is None:
-        raise BenchError("the job bench.tracked_noop is not declared (bench/tasks.py)")
-    jobs.ensure_job(job)
-
-
-def count_rows(table: str, status: str) -> int:
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT count(*) FROM {table} WHERE status = %s", [status])
-        row = cursor.fetchone()
-    return int(row[0]) if row else 0
 
 
 def status_counts(table: str) -> dict[str, int]:
@@ -257,7 +250,7 @@ def count_statements(runs: int) -> dict[str, Any]:
     from bench.celery_app import app
     from cron_celery import jobs as cron_jobs
 
-    clean_tables()
+    clean_tracked_tables()
     cron_jobs._job_ids.clear()  # the job's row was just truncated: the first run creates it
     per_run: list[SqlCount] = []
     with counting_sql() as count:
@@ -292,7 +285,7 @@ def count_statements(runs: int) -> dict[str, Any]:
         "transactions_per_task": statistics.mean(c.commits for c in writes),
         "kinds_per_task": dict(writes[-1].kinds),
     }
-    clean_tables()
+    clean_tracked_tables()
     cron_jobs._job_ids.clear()
     return {"tracked": tracked, "results": results, "commit_cost": time_commits(max(runs, 1000))}
 
@@ -336,7 +329,7 @@ def time_commits(runs: int) -> dict[str, float]:
     finally:
         with connection.cursor() as cursor:
             cursor.execute("RESET synchronous_commit")
-        clean_tables()
+        clean_tracked_tables()
         cron_jobs._job_ids.clear()
     return figures
 
@@ -477,13 +470,14 @@ def publish(app: Any, variant: Variant, queue: str, count: int, base: dt.datetim
 
 
 def run_once(app: Any, client: redis.Redis, variant: Variant, *, n: int, warmup: int,
-             concurrency: int, label: str, logdir: Path) -> dict[str, Any]:
-    """One timed run of ``n`` messages of one variant through a fresh worker."""
+             concurrency: int, label: str, logdir: Path, profile: Path | None = None) -> dict[str, Any]:
+    """One timed run of ``n`` messages of one variant through a fresh worker. With ``profile``,
+    py-spy samples the worker's processes while the ``n`` run and writes its raw stacks there."""
     queue = f"{PREFIX}-{label}"
     warm_queue = f"{queue}-warm"
     node = f"{PREFIX}-{label}@{socket.gethostname()}"
     counter = f"{PREFIX}:{label}:done"
-    clean_tables()
+    clean_tracked_tables()
     env = dict(os.environ)
     env.update(
         DJANGO_SETTINGS_MODULE="bench.settings",
@@ -492,9 +486,11 @@ def run_once(app: Any, client: redis.Redis, variant: Variant, *, n: int, warmup:
         BENCH_FIRST=str(warmup + 1),
         BENCH_RESULT_BACKEND=variant.result_backend,
         BENCH_DB_REUSE_MAX=os.environ.get("BENCH_DB_REUSE_MAX", "") if variant.reuse else "0",
+        BENCH_SYNCHRONOUS_COMMIT=variant.commit,
     )
     worker = Worker(node=node, queue=warm_queue, env=env, concurrency=concurrency,
                     log_path=logdir / f"worker-{label}.log")
+    spy: subprocess.Popen[bytes] | None = None
     try:
         started = time.perf_counter()
         wait_for("the worker to answer a ping",
@@ -527,6 +523,7 @@ def run_once(app: Any, client: redis.Redis, variant: Variant, *, n: int, warmup:
         if queued != n:
             raise BenchError(f"expected {n} messages in {queue}, found {queued}")
 
+        spy = start_profiler(worker, profile, logdir) if profile is not None else None
         consume_at = time.time()
         replies = app.control.add_consumer(
             queue, exchange=queue, exchange_type="direct", routing_key=queue,
@@ -540,6 +537,8 @@ def run_once(app: Any, client: redis.Redis, variant: Variant, *, n: int, warmup:
             t1 = wait_for(f"{n} rows in {variant.table}", rows(total), 60, worker, 0.005)
         if variant.once:
             t1 = wait_for(f"{n} celery-once locks to be released", released(lock_keys), 60, worker, 0.005)
+        if spy is not None:
+            stop_profiler(spy)
         # The clock starts when the first of the N finished (the worker wrote the time):
         # the worker's Redis poll only picks the new queue up when its current BRPOP on
         # the warm-up queue returns (up to a second later), which must not be counted.
@@ -561,9 +560,148 @@ def run_once(app: Any, client: redis.Redis, variant: Variant, *, n: int, warmup:
         log(f"worker log ({worker.log_path}):\n{worker.tail()}")
         raise
     finally:
+        if spy is not None and spy.poll() is None:
+            spy.kill()
+            spy.wait(timeout=10)
         worker.stop()
         client.delete(counter, f"{counter}:first", *queue_keys(queue), *queue_keys(warm_queue),
                       *queue_keys(f"{node}.celery.pidbox"))
+
+
+def profile(app: Any, client: redis.Redis, args: argparse.Namespace, n: int) -> dict[str, Any]:
+    """``--profile``: ``profile_tracked``, printed; a profiler that cannot run (py-spy missing, no
+    right to trace) is recorded as such and fails nothing."""
+    try:
+        profiled = profile_tracked(app, client, n=n, warmup=args.warmup, concurrency=args.concurrency,
+                                   svg=args.profile)
+    except BenchError as error:
+        log(f"\nnot profiled: {error}")
+        return {"error": str(error).splitlines()[0]}
+    log(f"\n{n:,} tracked runs at {profiled['rate']:.0f} runs/s under py-spy; flame graph: {args.profile}")
+    for line in flame.summary_lines(profiled["summary"]):
+        log(line)
+    return profiled
+
+
+# ------------------------------------------------------------------------------ fsync
+
+def pg_test_fsync(server_version: str) -> str | None:
+    """The server's own pg_test_fsync (Debian's /usr/lib/postgresql/<major>/bin), else any."""
+    major = server_version.split(".", 1)[0].split(None, 1)[0]
+    candidates = [Path(f"/usr/lib/postgresql/{major}/bin/pg_test_fsync"),
+                  *sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_test_fsync"), reverse=True)]
+    for path in candidates:
+        if path.exists():
+            return str(path)
+    return shutil.which("pg_test_fsync")
+
+
+def measure_fsync(seconds: int) -> dict[str, Any]:
+    """One WAL flush on this machine: pg_test_fsync on a file beside PostgreSQL's data directory
+    (same filesystem), the figure of the server's ``wal_sync_method``. ``measured`` is False,
+    with ``why``, where it cannot be (a server elsewhere, no pg_test_fsync, no rights)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting('wal_sync_method'), current_setting('server_version'), "
+                       "current_setting('data_directory', true), inet_server_addr()::text")
+        method, version, data_dir, address = cursor.fetchone()
+    facts: dict[str, Any] = {"method": method, "data_directory": data_dir, "seconds_per_test": seconds}
+    tool = pg_test_fsync(str(version))
+    parent = Path(data_dir).parent if data_dir else None
+    if tool is None:
+        return {**facts, "measured": False, "why": "pg_test_fsync is not installed"}
+    if parent is None or not parent.is_dir() or not os.access(parent, os.W_OK):
+        return {**facts, "measured": False,
+                "why": f"the data directory ({data_dir or 'not readable'}) is not on a filesystem this process can "
+                       f"write to (server at {address or 'a socket'})"}
+    scratch = Path(tempfile.mkdtemp(prefix="cron-celery-fsync-", dir=parent))
+    try:
+        done = subprocess.run([tool, "-s", str(seconds), "-f", str(scratch / "test.out")],
+                              capture_output=True, text=True, timeout=60 * seconds + 120, check=False)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    if done.returncode != 0:
+        return {**facts, "measured": False, "why": f"pg_test_fsync failed: {done.stderr.strip()[:300]}"}
+    parsed = overhead_figures.parse_pg_test_fsync(done.stdout)
+    usecs = parsed["usecs_per_op"].get(str(method))
+    if usecs is None:
+        return {**facts, "measured": False, "why": f"pg_test_fsync gave no figure for {method}", **parsed}
+    return {**facts, "measured": True, "tool": tool, "directory": str(parent), "usecs": usecs, **parsed}
+
+
+# ---------------------------------------------------------------------------- summary
+
+def parse_variants(text: str) -> tuple[str, ...]:
+    keys = tuple(key.strip() for key in text.split(",") if key.strip())
+    known = {v.key for v in ALL_VARIANTS}
+    unknown = [key for key in keys if key not in known]
+    if unknown or not keys:
+        raise argparse.ArgumentTypeError(f"choose from {', '.join(sorted(known))} (got {text!r})")
+    return keys
+
+
+# ---------------------------------------------------------------------------- profile
+
+#: Samples per second of each sampled process (py-spy's default is 100).
+PROFILE_RATE = 200
+
+
+def py_spy() -> str:
+    """py-spy beside this interpreter (the dev extras install it), else on the PATH."""
+    beside = Path(sys.executable).parent / "py-spy"
+    found = str(beside) if beside.exists() else shutil.which("py-spy")
+    if not found:
+        raise BenchError("--profile needs py-spy (pip install py-spy; it is in the dev extras)")
+    return found
+
+
+def start_profiler(worker: Worker, out: Path, logdir: Path) -> subprocess.Popen[bytes]:
+    """py-spy on the worker and its pool processes: every thread, idle ones too (a wait on
+    PostgreSQL is time a run takes), one frame per function, raw (collapsed) stacks to ``out``."""
+    cmd = [py_spy(), "record", "--pid", str(worker.proc.pid), "--subprocesses", "--idle", "--threads",
+           "--nolineno", "--rate", str(PROFILE_RATE), "--format", "raw", "--output", str(out)]
+    spy_log = open(logdir / "py-spy.log", "wb")  # noqa: SIM115 - the child keeps it; closed with it
+    spy = subprocess.Popen(cmd, stdout=spy_log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                           start_new_session=True)
+    spy_log.close()
+    deadline = time.monotonic() + 10
+    while b"Sampling" not in (logdir / "py-spy.log").read_bytes():
+        if spy.poll() is not None or time.monotonic() > deadline:
+            raise BenchError(f"py-spy did not start: {(logdir / 'py-spy.log').read_text(errors='replace')}")
+        time.sleep(0.05)
+    return spy
+
+
+def stop_profiler(spy: subprocess.Popen[bytes]) -> None:
+    """Ctrl-C for py-spy: it writes its file and ends."""
+    spy.send_signal(signal.SIGINT)
+    try:
+        spy.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        spy.kill()
+        raise BenchError("py-spy did not stop within a minute") from None
+
+
+def profile_tracked(app: Any, client: redis.Redis, *, n: int, warmup: int, concurrency: int,
+                    svg: Path) -> dict[str, Any]:
+    """``--profile``: N tracked runs (iii) through one worker under py-spy; the flame graph of its
+    pool processes goes to ``svg``, and where their time went is returned (``flame.summary``)."""
+    variant = next(v for v in VARIANTS if v.key == "tracked")
+    with tempfile.TemporaryDirectory(prefix="cron-celery-bench-") as tmp:
+        raw = Path(tmp) / "stacks.txt"
+        result = run_once(app, client, variant, n=n, warmup=warmup, concurrency=concurrency,
+                          label="profile", logdir=Path(tmp), profile=raw)
+        text = raw.read_text(encoding="utf-8", errors="replace")
+        stacks = flame.parse(text)
+    pool = flame.pool_main_threads(stacks)
+    if not pool:
+        raise BenchError("py-spy recorded no sample of a pool process")
+    svg.parent.mkdir(parents=True, exist_ok=True)
+    title = (f"A worker's pool processes running {n:,} tracked no-op runs (iii), "
+             f"{result['rate']:.0f} runs/s, sampled by py-spy at {PROFILE_RATE}/s")
+    svg.write_text(flame.svg(pool, title), encoding="utf-8")
+    return {"rate": result["rate"], "svg": str(svg), "summary": flame.summary(pool)}
 
 
 # ------------------------------------------------------------------------------- main
@@ -601,6 +739,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="in-process tracked runs whose SQL is counted (default 100)")
     parser.add_argument("--also-without-reuse", action="store_true",
                         help="also run (ii) and (iii) without CELERY_DB_REUSE_MAX (not in the ratios)")
+    parser.add_argument("--also-commit-off", action="store_true",
+                        help="also run (ii) and (iii) with synchronous_commit = off in the worker (the commit "
+                             "cost taken out on both sides)")
+    parser.add_argument("--fsync-seconds", type=int, default=1,
+                        help="seconds per test of pg_test_fsync, run beside the data directory (0: skip)")
+    parser.add_argument("--variants", type=parse_variants, default=None,
+                        help=f"only these variants ({', '.join(v.key for v in ALL_VARIANTS)}), comma-separated: "
+                             "for a quick look; the page needs the four of the default run")
+    parser.add_argument("--profile", type=Path, default=None, metavar="SVG",
+                        help="after the timed runs, sample the pool processes of one more worker running N tracked "
+                             "runs (iii) with py-spy: the flame graph goes to SVG, where the time goes to the JSON")
     parser.add_argument("--json", type=Path, default=None,
                         help="write the results here (default bench/results/overhead-<time>.json)")
     args = parser.parse_args(argv)
@@ -661,9 +810,18 @@ def main(argv: list[str] | None = None) -> int:
     log(f"ms per call in-process: tracked run {cost['tracked_ms']:.3f}, django-db result {cost['results_ms']:.3f}; "
         f"with synchronous_commit off (reference): {cost['tracked_ms_async_commit']:.3f} and "
         f"{cost['results_ms_async_commit']:.3f}")
+    fsync = measure_fsync(args.fsync_seconds) if args.fsync_seconds > 0 else None
+    if fsync is not None and fsync.get("measured"):
+        log(f"one WAL flush ({fsync['method']}, pg_test_fsync -s {args.fsync_seconds} in {fsync['directory']}): "
+            f"{fsync['usecs']:.0f} µs")
+    elif fsync is not None:
+        log(f"one WAL flush: not measured ({fsync['why']})")
     log("")
 
-    variants = VARIANTS + (NO_REUSE_VARIANTS if args.also_without_reuse else ())
+    variants = VARIANTS + (NO_REUSE_VARIANTS if args.also_without_reuse else ()) \
+        + (COMMIT_OFF_VARIANTS if args.also_commit_off else ())
+    if args.variants:
+        variants = tuple(v for v in ALL_VARIANTS if v.key in args.variants)
     rates: dict[str, list[float]] = {v.key: [] for v in variants}
     details: list[dict[str, Any]] = []
     marks = [PREFIX, app.control.mailbox.oid]
@@ -679,39 +837,34 @@ def main(argv: list[str] | None = None) -> int:
                     rates[variant.key].append(result["rate"])
                     log(f"run {rep}/{repeat} {variant.label:<32} {result['rate']:8.1f} tasks/s "
                         f"({n - 1} in {result['seconds']:.3f}s after the first)")
+        profiled = profile(app, client, args, n) if args.profile is not None else None
     finally:
         sweep_redis(client, marks)
         with contextlib.suppress(Exception):
-            clean_tables()
+            clean_tracked_tables()
 
-    medians = {key: statistics.median(values) for key, values in rates.items()}
-    per_run_ratio_i = [t / b for t, b in zip(rates["tracked"], rates["bare"], strict=True)]
-    per_run_ratio_ii = [t / r for t, r in zip(rates["tracked"], rates["results"], strict=True)]
-    per_run_ratio_iv = [t / o for t, o in zip(rates["tracked"], rates["once"], strict=True)]
+    summary = overhead_figures.summarise(rates, args.concurrency)
+    medians = summary["medians"]
     log("")
     runs_header = "".join(f"   run {i}" for i in range(1, repeat + 1))
-    log(f"{'variant':<34}{runs_header}   median  (tasks/s)")
+    log(f"{'variant':<38}{runs_header}   median  (tasks/s)")
     for variant in variants:
         cells = "".join(fmt_rate(r) for r in rates[variant.key])
-        log(f"{variant.label:<34}{cells} {fmt_rate(medians[variant.key])}")
-    ratio_i = medians["tracked"] / medians["bare"]
-    ratio_ii = medians["tracked"] / medians["results"]
-    ratio_iv = medians["tracked"] / medians["once"]
+        log(f"{variant.label:<38}{cells} {fmt_rate(medians[variant.key])}")
     log("")
-    log(f"(iii)/(i)  = {ratio_i:.2f}   (median of per-repeat ratios "
-        f"{statistics.median(per_run_ratio_i):.2f})")
-    log(f"(iii)/(ii) = {ratio_ii:.2f}   (median of per-repeat ratios "
-        f"{statistics.median(per_run_ratio_ii):.2f})")
-    log(f"(iii)/(iv) = {ratio_iv:.2f}   (median of per-repeat ratios "
-        f"{statistics.median(per_run_ratio_iv):.2f})")
+    for line in overhead_figures.summary_lines(summary, fsync):
+        log(line)
     log(f"statements per tracked run: {tracked_sql['statements_per_run']:g} in "
         f"{tracked_sql['transactions_per_run']:g} transactions "
         f"(django-db result: {results_sql['statements_per_task']:g} in "
         f"{results_sql['transactions_per_task']:g})")
 
+    ratios = summary["ratios"]
     write_results("overhead", started_at, {
-        "settings": header, "statements": statements, "runs": details,
-        "medians": medians, "ratio_iii_i": ratio_i, "ratio_iii_ii": ratio_ii, "ratio_iii_iv": ratio_iv,
+        "settings": header, "statements": statements, "runs": details, "fsync": fsync, "profile": profiled,
+        "medians": medians, "ratio_iii_i": ratios.get("bare"), "ratio_iii_ii": ratios.get("results"),
+        "ratio_iii_iv": ratios.get("once"), "ratio_iii_ii_commit_off": ratios.get("results-commit-off"),
+        "gap_us": summary["gap_us"],
     }, args.json)
     return 0
 

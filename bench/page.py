@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from bench.figures import NAMES, ResultError, Results, fmt_duration, need, table
+from bench.memory_section import memory_section
 from bench.sections import SECTIONS
 
 MANIFEST = "manifest.json"
@@ -115,15 +116,19 @@ def header(results: Results) -> list[str]:
             "",
         ]
     lines += [
-        "Four benchmarks, each run side by side with the tools it replaces or is built on:",
+        "The benchmarks, each run side by side with the tools it replaces or is built on:",
         "",
         "- [the cost of tracking a run](#the-cost-of-tracking-a-run): tasks per second of a tracked",
         "  run against bare Celery, django-celery-results and celery-once;",
         "- [locks](#locks): one job lock against pottery's Redlock and the raw Redis floor;",
         "- [beat at scale](#beat-at-scale): the scheduler's tick, edits and bursts against",
         "  django-celery-beat's `DatabaseScheduler`;",
+        "- [slot to start under load](#slot-to-start-under-load): how long after its slot a job is",
+        "  published, starts and ends with real beats and busy workers, against `DatabaseScheduler`;",
         "- [history at a million rows](#history-at-a-million-rows): the admin pages and endpoints over a",
-        "  large execution table, and purge throughput.",
+        "  large execution table, and purge throughput;",
+        "- [worker memory over a long run](#worker-memory-over-a-long-run): a worker's resident memory",
+        "  after 10,000 and 100,000 tracked runs, against plain tasks with django-celery-results.",
         "",
         "Absolute numbers drift on shared machines: the same command on the same virtual machine can",
         "differ by tens of percent from one hour to the next. Compare the **ratios within one run**, where",
@@ -168,7 +173,7 @@ def render(results: Results) -> str:
         need(results.manifest, MANIFEST, "benchmarks", name)
         need(results.data[name], f"{name}.json", "settings")
     lines = header(results)
-    for section in SECTIONS:
+    for section in (*SECTIONS, memory_section):
         lines.extend(section(results))
     while lines and not lines[-1]:
         lines.pop()

@@ -47,12 +47,17 @@ class Benchmark:
 #: decide a ratio, and measure the beat at one size only (each size waits for two minute
 #: boundaries).
 BENCHMARKS = (
-    Benchmark("overhead", "bench/overhead.py", ("--also-without-reuse",),
-              ("--n", "500", "--repeat", "2", "--also-without-reuse")),
+    Benchmark("overhead", "bench/overhead.py",
+              ("--also-without-reuse", "--also-commit-off", "--profile", "docs/img/tracked-run-flame.svg"),
+              ("--n", "500", "--repeat", "2", "--also-without-reuse", "--also-commit-off")),
     Benchmark("locks", "bench/locks.py", (), ("--iterations", "500", "--warmup", "50", "--repeat", "3")),
-    Benchmark("beat_scale", "bench/beat_scale.py", (), ("--sizes", "1000", "--burst-cap", "30")),
+    Benchmark("beat_scale", "bench/beat_scale.py", ("--sizes", "10,1000,10000,100000", "--alone-from", "100000"),
+              ("--sizes", "1000", "--burst-cap", "30")),
+    Benchmark("latency", "bench/latency.py", ("--sizes", "100,1000,10000", "--minutes", "1"),
+              ("--sizes", "100", "--minutes", "1", "--drain-cap", "30")),
     Benchmark("history", "bench/history.py", (), ("--rows", "20000", "--jobs", "50", "--repeat", "3",
                                                  "--scrape-rows", "20000,40000")),
+    Benchmark("memory", "bench/memory.py", (), ("--quick",)),
 )
 NAMES = tuple(benchmark.name for benchmark in BENCHMARKS)
 

@@ -1,4 +1,4 @@
-"""The four sections of docs/benchmarks.md: how each benchmark works, and its figures.
+"""The sections of docs/benchmarks.md: how each benchmark works, and its figures.
 
 Each ``*_ratios`` function computes the comparisons a section shows from one script's
 JSON; each ``*_section`` function writes the section (prose, tables, ratios) as lines.
@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from bench.figures import (
+    DASH,
     TIMES,
     ResultError,
     Results,
@@ -21,6 +22,7 @@ from bench.figures import (
     ratio,
     table,
 )
+from bench.latency_section import latency_section
 
 # ----------------------------------------------------------------------------- overhead
 
@@ -135,6 +137,8 @@ def overhead_section(results: Results) -> list[str]:
         "",
         measured(results, "overhead", settings["date"]),
         "",
+        *overhead_commit_off(data),
+        *overhead_profile(data.get("profile")),
         *overhead_statements(statements),
         *overhead_reuse(medians, settings),
         *overhead_settings(settings),
@@ -176,7 +180,10 @@ def overhead_statements(statements: dict[str, Any]) -> list[str]:
         ], "lrrr"),
         "",
         "Round trips count `BEGIN` and `COMMIT`. celery-once sends Redis commands instead: `SET NX PX` when",
-        "a message is published and `DEL` after the task. The two statements of a tracked run are:",
+        "a message is published and `DEL` after the task. The two statements of a tracked run are prepared",
+        "once per database session (`PREPARE cron_celery_claim_<digest>(…) AS …`, sent with the first",
+        "`EXECUTE` in one round trip) and then sent as `EXECUTE …(…)`: PostgreSQL parses and plans them once",
+        "per connection instead of at every run, which was most of what a run cost the server. They are:",
         "",
         "1. **claim**: `WITH j AS (UPDATE cron_celery_cronjob SET fence = fence + 1 … RETURNING fence)",
         "   INSERT INTO cron_celery_cronexecution … SELECT … FROM j` locks the job's row, takes the next",
@@ -221,8 +228,117 @@ def overhead_commit_cost(cost: dict[str, float] | None) -> list[str]:
         "",
         "With `synchronous_commit = off` PostgreSQL acknowledges a commit before its WAL is flushed, so",
         "the difference that is left is the Python and SQL work itself; what it removes is the wait for",
-        "the extra flush. Do not run cron_celery like that: a PostgreSQL crash could then forget a claim",
-        "whose body already ran, and the slot would run again.",
+        "the extra flush. Do not run cron_celery like that, not even for the claim alone: a PostgreSQL crash",
+        "could then forget a claim whose body already ran (the slot runs again, or, for a run sent without",
+        "an execution, leaves no row at all), and the job's fence goes back with it, so the next claim is",
+        "handed the same fence as the lost one and fencing can no longer tell the two runs apart.",
+        "",
+    ]
+
+
+def overhead_commit_off(data: dict[str, Any]) -> list[str]:
+    """(iii)/(ii) with durable commits and with ``synchronous_commit = off`` on both sides (same run),
+    the per-run gaps, and one WAL flush on the machine (pg_test_fsync)."""
+    lines = ["### With the commit cost taken out", ""]
+    rates = overhead_rates(data)
+    if not (rates.get("results-commit-off") and rates.get("tracked-commit-off")):
+        return [*lines, "This run did not measure (ii) and (iii) with `synchronous_commit = off` "
+                "(`--also-commit-off`).", ""]
+    figures = overhead_commit_off_figures(data)
+    concurrency = int(need(data, "overhead.json", "settings", "concurrency"))
+    fsync = figures["fsync"]
+    flush = (f"{fsync['usecs']:,.0f} µs" if fsync and fsync.get("measured")
+             else f"not measured ({(fsync or {}).get('why', 'no pg_test_fsync figure in this run')})")
+    method = f"`{fsync['method']}`, " if fsync and fsync.get("method") else ""
+
+    def each(values: list[float]) -> str:
+        return ", ".join(fmt_ratio(value) for value in values)
+
+    def us(value: float | None) -> str:
+        return DASH if value is None else f"{value:,.0f} µs"
+
+    verdict_code = "met" if figures["ratio_off"] >= 1.0 else "not met"
+    verdict_flush = DASH if figures["over_flush"] is None else ("met" if figures["over_flush"] <= 0 else "not met")
+    return [
+        *lines,
+        "(ii\\*) and (iii\\*) are (ii) and (iii) again, in the same run and in turn with the others, their",
+        "worker's database connections opened with `-c synchronous_commit=off`: a commit returns once its",
+        "WAL is written, without waiting for it to reach the disk. What is left between them is code:",
+        "Python, SQL and round trips. A tracked run commits twice (the claim before the body, the outcome",
+        "after it) and (ii) once, so the difference between the two gaps below is what durability adds.",
+        "",
+        *table(["(iii) ÷ (ii)", "ratio of the medians", "ratio in each repeat"], [
+            ["durable commits (the figures above)", fmt_ratio(figures["ratio_durable"], bold=True),
+             each(figures["per_repeat_durable"])],
+            ["`synchronous_commit = off` on both sides", fmt_ratio(figures["ratio_off"], bold=True),
+             each(figures["per_repeat_off"])],
+        ], "lrr"),
+        "",
+        *table(["per run", "µs"], [
+            [f"how much longer a tracked run holds its pool process than (ii)'s task, durable: "
+             f"{concurrency} {TIMES} (1 ÷ (iii) - 1 ÷ (ii))", f"**{us(figures['gap_durable'])}**"],
+            ["the same with `synchronous_commit = off` on both sides", us(figures["gap_off"])],
+            ["what the durable commits add: the difference", us(figures["durability"])],
+            [f"one WAL flush on this machine ({method}`pg_test_fsync`, one 8kB write, beside the data directory)",
+             f"**{flush}**"],
+        ], "lr"),
+        "",
+        f"Against the targets: (iii\\*) ÷ (ii\\*) at least 1.00: **{verdict_code}**; the durable gap at most "
+        f"one WAL flush: **{verdict_flush}**. With {concurrency} pool processes each is busy all along, so a",
+        "run takes concurrency ÷ throughput of its process; a gap below zero means a tracked run is the shorter.",
+        "",
+    ]
+
+
+def overhead_commit_off_figures(data: dict[str, Any]) -> dict[str, Any]:
+    """The figures of ``overhead_commit_off``: ratios (medians, then per repeat), gaps in µs per run
+    (``concurrency * (1 / tracked - 1 / results)``), durability (their difference) and how far the
+    durable gap is over one WAL flush (None when the flush was not measured)."""
+    medians = need(data, "overhead.json", "medians")
+    rates = overhead_rates(data)
+    concurrency = int(need(data, "overhead.json", "settings", "concurrency"))
+
+    def gap(ours: str, peer: str) -> float:
+        return concurrency * (1 / float(medians[ours]) - 1 / float(medians[peer])) * 1e6
+
+    fsync = data.get("fsync")
+    gap_durable, gap_off = gap("tracked", "results"), gap("tracked-commit-off", "results-commit-off")
+    usecs = fsync.get("usecs") if fsync and fsync.get("measured") else None
+    return {
+        "ratio_durable": medians["tracked"] / medians["results"],
+        "ratio_off": medians["tracked-commit-off"] / medians["results-commit-off"],
+        "per_repeat_durable": [t / r for t, r in zip(rates["tracked"], rates["results"], strict=False)],
+        "per_repeat_off": [t / r for t, r in zip(rates["tracked-commit-off"], rates["results-commit-off"],
+                                                 strict=False)],
+        "gap_durable": gap_durable, "gap_off": gap_off, "durability": gap_durable - gap_off,
+        "fsync": fsync, "over_flush": None if usecs is None else gap_durable - float(usecs),
+    }
+
+
+def overhead_profile(profile: dict[str, Any] | None) -> list[str]:
+    """Where a tracked run's time goes in its pool process: py-spy's samples (``--profile``)."""
+    lines = ["### Where a tracked run's time goes", ""]
+    if not profile or "summary" not in profile:
+        why = (profile or {}).get("error", "this run did not profile (`--profile SVG`)")
+        return [*lines, f"Not profiled: {why}.", ""]
+    found = profile["summary"]
+    return [
+        *lines,
+        f"py-spy sampled the pool processes of one more worker running N tracked runs (iii) after the timed "
+        f"runs ({profile['rate']:,.0f} runs/s under the sampler, every thread and idle time included: a wait on",
+        "PostgreSQL is time a run takes). The flame graph: [tracked-run-flame.svg](img/tracked-run-flame.svg).",
+        "Shares of the pool processes' main threads, first match wins from the top:",
+        "",
+        *table(["where", "share of the samples"], [
+            [item["what"], f"{item['share']:.1%}"] for item in found["buckets"]
+        ], "lr"),
+        "",
+        f"Within a task ({found['in_task']:,} of {found['samples']:,} samples), where the samples ended "
+        "(the function on top of the stack):",
+        "",
+        *table(["function", "share of a task"], [
+            [f"`{item['function']}`", f"{item['share_of_task']:.1%}"] for item in found["leaves"][:8]
+        ], "lr"),
         "",
     ]
 
@@ -409,6 +525,8 @@ def beat_ratios(data: dict[str, Any]) -> dict[int, dict[str, float | None]]:
     out: dict[int, dict[str, float | None]] = {}
     for size, pair in need(data, "beat_scale.json", "results").items():
         dbs, ours = pair.get("dbs"), pair.get("cron_celery")
+        if ours is not None and dbs is None and alone(data, int(size)):
+            continue  # measured with cron_celery alone (``--alone-from``): no ratio
         if dbs is None or ours is None:
             raise ResultError(f"beat_scale.json has N = {size} without both schedulers")
         out[int(size)] = {
@@ -441,17 +559,31 @@ BEAT_VARIANTS = (("cron_celery_jitter", "cron_celery, jitter=30"),
                  ("cron_celery_after", "cron_celery + 1,000 `after=` jobs"))
 
 
-def beat_rows(size: int, pair: dict[str, Any], ratios: dict[str, float | None]) -> list[list[str]]:
-    def figures_row(key: str, name: str) -> list[str]:
-        figures = pair[key]
-        return [
-            f"{size:,}" if key == "dbs" else "", name,
-            fmt_seconds(figures["build_first"]["seconds"]), fmt_seconds(figures["build_restart"]["seconds"]),
-            fmt_ms(figures["idle"]["median_ms"]), fmt_ms(figures["idle"]["p95_ms"]),
-            f"{fmt_ms(figures['edit']['single']['ms'])} ({figures['edit']['single']['rows_read']:,})",
-            burst_cell(figures["burst"]), fmt_number(figures["burst"]["rate_per_s"], 1),
-        ]
+def alone(data: dict[str, Any], size: int) -> bool:
+    """Whether the run measured ``size`` jobs with the cron_celery scheduler alone (``--alone-from``)."""
+    start = data.get("settings", {}).get("alone_from")
+    return start is not None and size >= int(start)
 
+
+def beat_figures_row(size: str, name: str, figures: dict[str, Any]) -> list[str]:
+    """One scheduler's row of the results table (``size`` is the N cell, empty under the first row)."""
+    return [
+        size, name,
+        fmt_seconds(figures["build_first"]["seconds"]), fmt_seconds(figures["build_restart"]["seconds"]),
+        fmt_ms(figures["idle"]["median_ms"]), fmt_ms(figures["idle"]["p95_ms"]),
+        f"{fmt_ms(figures['edit']['single']['ms'])} ({figures['edit']['single']['rows_read']:,})",
+        burst_cell(figures["burst"]), fmt_number(figures["burst"]["rate_per_s"], 1),
+    ]
+
+
+def beat_rows(size: int, pair: dict[str, Any], ratios: dict[str, float | None] | None) -> list[list[str]]:
+    """A size's rows: DatabaseScheduler, cron_celery, their ratios and the variants; only
+    cron_celery's row when it was measured alone (``ratios`` None)."""
+    def figures_row(key: str, name: str) -> list[str]:
+        return beat_figures_row(f"{size:,}" if key == "dbs" else "", name, pair[key])
+
+    if ratios is None:
+        return [beat_figures_row(f"{size:,}", "cron_celery alone", pair["cron_celery"])]
     rows = [figures_row("dbs", "DBS"), figures_row("cron_celery", "cron_celery")]
     rows.append(["", "**cron_celery ÷ DBS**", fmt_ratio(ratios["build_first"]), fmt_ratio(ratios["build_restart"]),
                  fmt_ratio(ratios["idle_median"], bold=True), fmt_ratio(ratios["idle_p95"]),
@@ -512,14 +644,143 @@ def beat_variants_lines(data: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+#: The admin pages ``beat_scale.py`` requests at each size: (key, name in the table).
+BEAT_PAGES = (("index", "admin index"), ("dashboard", "jobs dashboard"), ("history", "history"),
+              ("history_job", "one job's history"), ("job", "a job's page"), ("upcoming", "upcoming"))
+#: Growth from one size to the next that is still "flat" (the figure may double; N grew tenfold),
+#: and beyond which a "linear" figure grew faster than N (this share of N's growth).
+FLAT_UP_TO, LINEAR_UP_TO = 2.0, 1.5
+
+
+def scale_growth(small: float | None, large: float | None, n_growth: float) -> tuple[float | None, str]:
+    """How a figure grew between two sizes (``n_growth`` = larger N / smaller N), and in words:
+    flat, linear (at most ``LINEAR_UP_TO`` times N's growth) or faster than N."""
+    grew = ratio(large, small)
+    if grew is None:
+        return None, DASH
+    if grew <= FLAT_UP_TO:
+        return grew, "flat"
+    return grew, "linear" if grew <= LINEAR_UP_TO * n_growth else "**faster than N**"
+
+
+def memory_cells(memory: dict[str, Any], n: int) -> list[str]:
+    """Resident memory added over the start (declared, built, after the burst) and per job."""
+    start = memory.get("before_mib")
+
+    def added(key: str) -> float | None:
+        value = memory.get(key)
+        return None if value is None or start is None else value - start
+
+    built = added("built_mib")
+    per_job = None if built is None else built * 1024 / n
+    return [f"{fmt_number(added(key), 1)} MiB" for key in ("declared_mib", "built_mib", "burst_mib")] + [
+        f"{fmt_number(per_job, 2)} KiB"]
+
+
+def page_cell(page: dict[str, Any] | None) -> str:
+    if page is None:
+        return DASH
+    return f"{fmt_ms(page['median_ms'])} ({page['statements']}; {page['rows_read']:,})"
+
+
+def beat_scale_lines(data: dict[str, Any]) -> list[str]:
+    """cron_celery at every size (100,000 in the full run): declaring the jobs, resident memory,
+    ``sync_cron_schedules`` and the admin's pages, and how each grew with N."""
+    sizes = sorted(int(size) for size, pair in data["results"].items()
+                   if "memory" in pair.get("cron_celery", {}) and "pages" in pair["cron_celery"])
+    if not sizes:
+        return []  # results from before these figures
+    ours = {size: data["results"][str(size)]["cron_celery"] for size in sizes}
+    scheduler_rows, admin_rows = [], []
+    for size in sizes:
+        figures = ours[size]
+        edit = figures["edit"]
+        scheduler_rows.append([
+            f"{size:,}", fmt_seconds(figures.get("declare_s")), fmt_seconds(figures["build_first"]["seconds"]),
+            fmt_seconds(figures["build_restart"]["seconds"]), fmt_ms(figures["idle"]["median_ms"]),
+            f"{fmt_ms(edit['single']['ms'])} ({edit['single']['rows_read']:,})",
+            f"{fmt_ms(edit['shared_row']['ms'])} ({edit['shared_row']['rows_read']:,})",
+            burst_cell(figures["burst"]), *memory_cells(figures["memory"], size),
+        ])
+        sync = figures.get("sync_command") or {}
+        admin_rows.append([
+            f"{size:,}", f"{fmt_seconds(sync.get('seconds'))} ({fmt_number(sync.get('statements'))}; "
+                         f"{fmt_number(sync.get('rows_read'))})",
+            *(page_cell(figures["pages"].get(key)) for key, _name in BEAT_PAGES),
+        ])
+    lines = [
+        "### cron_celery at the largest N: memory, the sync command and the admin",
+        "",
+        f"cron_celery alone at each N of the run ({', '.join(f'{size:,}' for size in sizes)}). *Declared* is",
+        "the time to declare the N jobs in the process (what every worker and beat pays at start-up);",
+        "memory is this process's resident memory (VmRSS) added since before the jobs were declared: once",
+        "declared, with the scheduler built, and after the burst (per job: built, divided by N).",
+        "",
+        *table(["N", "declared", "build, first", "build, restart", "idle tick (median)", "one edit (rows read)",
+                "shared crontab edit (rows read)", "burst: all N published after", "memory: declared",
+                "built", "after the burst", "per job"], scheduler_rows, "lrrrrrrrrrrr"),
+        "",
+        "`manage.py sync_cron_schedules` with every job already in place, then the admin's pages as a",
+        "logged-in superuser, the burst's N executions in the history and the tables analyzed (as autovacuum",
+        "would have by then): median of five requests after a warm-up (SQL statements; rows they returned).",
+        "",
+        *table(["N", "`sync_cron_schedules`", *(name for _key, name in BEAT_PAGES)], admin_rows,
+               "l" + "r" * (1 + len(BEAT_PAGES))),
+        "",
+    ]
+    if len(sizes) < 2:
+        return lines
+    small, large = sizes[-2], sizes[-1]
+    grew_n = large / small
+    before, after = ours[small], ours[large]
+
+    def said(name: str, old: float | None, new: float | None, unit: str, expect: str) -> str:
+        grew, verdict = scale_growth(old, new, grew_n)
+        digits = 0 if unit == "rows" else 2
+        shown = f"{fmt_number(old, digits)} {unit} to {fmt_number(new, digits)} {unit}"
+        return f"- {name}: {shown}, {TIMES}{fmt_ratio(grew)}: {verdict} (should be {expect})."
+
+    def built(figures: dict[str, Any]) -> float | None:
+        memory = figures["memory"]
+        if memory.get("built_mib") is None or memory.get("before_mib") is None:
+            return None
+        return float(memory["built_mib"]) - float(memory["before_mib"])
+
+    lines += [f"From N = {small:,} to N = {large:,} ({TIMES}{grew_n:g}), what each figure did:", "",
+              said("declaring the jobs", before.get("declare_s"), after.get("declare_s"), "s", "linear"),
+              said("build, restart", before["build_restart"]["seconds"], after["build_restart"]["seconds"], "s",
+                   "linear"),
+              said("idle tick", before["idle"]["median_ms"], after["idle"]["median_ms"], "ms", "flat"),
+              said("one edit, rows read", before["edit"]["single"]["rows_read"],
+                   after["edit"]["single"]["rows_read"], "rows", "flat"),
+              said("burst, all published", before["burst"]["time_to_all_s"], after["burst"]["time_to_all_s"], "s",
+                   "linear"),
+              said("memory with the scheduler built", built(before), built(after), "MiB", "linear"),
+              said("`sync_cron_schedules`", (before.get("sync_command") or {}).get("seconds"),
+                   (after.get("sync_command") or {}).get("seconds"), "s", "linear")]
+    for key, name in BEAT_PAGES:
+        old, new = before["pages"].get(key), after["pages"].get(key)
+        if old is None or new is None:
+            continue
+        grew, verdict = scale_growth(old["rows_read"], new["rows_read"], grew_n)
+        took = ratio(new["median_ms"], old["median_ms"])
+        lines.append(f"- {name}: {old['rows_read']:,} rows read to {new['rows_read']:,}, {TIMES}{fmt_ratio(grew)}: "
+                     f"{verdict} (should be flat); {fmt_ms(old['median_ms'])} to {fmt_ms(new['median_ms'])} "
+                     f"({TIMES}{fmt_ratio(took)}).")
+    return [*lines, ""]
+
+
 def beat_section(results: Results) -> list[str]:
     data = results.data["beat_scale"]
     settings = need(data, "beat_scale.json", "settings")
     ratios = beat_ratios(data)
     rows = []
-    for size in sorted(ratios):
-        rows.extend(beat_rows(size, data["results"][str(size)], ratios[size]))
-    sizes = ", ".join(f"{size:,}" for size in sorted(ratios))
+    every = sorted(int(size) for size in data["results"])
+    for size in every:
+        rows.extend(beat_rows(size, data["results"][str(size)], ratios.get(size)))
+    sizes = ", ".join(f"{size:,}" for size in every)
+    by_itself = [f"{size:,}" for size in every if size not in ratios]
+    sizes += f" ({', '.join(by_itself)}: cron_celery alone)" if by_itself else ""
     return [
         "## Beat at scale",
         "",
@@ -558,6 +819,7 @@ def beat_section(results: Results) -> list[str]:
         f"{settings.get('django_celery_beat', '?')}, cron_celery `BEAT_BATCH={settings.get('beat_batch', '?')}`.",
         "",
         *beat_variants_lines(data),
+        *beat_scale_lines(data),
         "### Why cron_celery's tick stays flat",
         "",
         "An idle tick is django-celery-beat's own change check (one row) plus one query of two index",
@@ -727,4 +989,4 @@ def scrape_lines(scrapes: list[dict[str, Any]]) -> list[str]:
     ]
 
 
-SECTIONS = (overhead_section, locks_section, beat_section, history_section)
+SECTIONS = (overhead_section, locks_section, beat_section, latency_section, history_section)

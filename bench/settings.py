@@ -36,6 +36,14 @@ DATABASES = {
         "CONN_MAX_AGE": CONN_MAX_AGE,
     }
 }
+#: ``BENCH_SYNCHRONOUS_COMMIT=off`` (the worker's environment in ``overhead.py --also-commit-off``):
+#: every connection of the process commits without waiting for its WAL to be flushed. Only
+#: PostgreSQL's own values are taken; unset or empty: the server's setting.
+SYNCHRONOUS_COMMIT = os.environ.get("BENCH_SYNCHRONOUS_COMMIT", "")
+if SYNCHRONOUS_COMMIT:
+    if SYNCHRONOUS_COMMIT not in ("on", "off", "local", "remote_write", "remote_apply"):
+        raise ValueError(f"BENCH_SYNCHRONOUS_COMMIT={SYNCHRONOUS_COMMIT!r} is not a synchronous_commit value")
+    DATABASES["default"]["OPTIONS"] = {"options": f"-c synchronous_commit={SYNCHRONOUS_COMMIT}"}
 
 SECRET_KEY = "bench-only-not-secret"
 DEBUG = False

@@ -176,6 +176,24 @@ class ParamsForm(forms.Form):
         return data
 
 
+class EstimatedCountPaginator(Paginator):  # type: ignore[type-arg]
+    """Counts an unfiltered list (the history, or the dashboard's jobs) of more than 10,000 rows from
+    PostgreSQL's statistics instead of ``count(*)`` (a full scan at a million rows, or on every
+    dashboard page at a hundred thousand jobs); a filtered list is counted exactly."""
+
+    @cached_property
+    def count(self) -> int:
+        query = getattr(self.object_list, "query", None)
+        if query is not None and not query.where:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass",
+                               [query.model._meta.db_table])
+                row = cursor.fetchone()
+            if row and row[0] and row[0] > 10_000:
+                return int(row[0])
+        return int(super().count)
+
+
 @admin.register(models.CronJob)
 class CronJobAdmin(ReadOnly):
     """The dashboard: one row per job, its health at a glance."""
@@ -255,6 +273,9 @@ class CronJobAdmin(ReadOnly):
         said += [f"runs before {', '.join(before)}"] if before else []
         return "; ".join(said)
     list_per_page = 50
+    # One count per page, and an estimate for a long unfiltered list (see EstimatedCountPaginator).
+    show_full_result_count = False
+    paginator = EstimatedCountPaginator
     actions = ("run_now", "run_with_params", "schedule_one_off", "pause", "resume", "backfill_range")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[models.CronJob]:
@@ -518,32 +539,28 @@ def _backfill_said(job: models.CronJob, started: backfill.Started, done: int, ou
                        job.name, started.recorded, started.sent, later, skipped, history)
 
 
-class EstimatedCountPaginator(Paginator):  # type: ignore[type-arg]
-    """Counts an unfiltered history from PostgreSQL's statistics instead of ``count(*)``
-    (a full scan at a million rows); a filtered list is counted exactly."""
-
-    @cached_property
-    def count(self) -> int:
-        query = getattr(self.object_list, "query", None)
-        if query is not None and not query.where:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass",
-                               [models.CronExecution._meta.db_table])
-                row = cursor.fetchone()
-            if row and row[0] and row[0] > 10_000:
-                return int(row[0])
-        return int(super().count)
+#: The job filter lists every job up to this many; beyond, only the job chosen (a page of
+#: thousands of links is no filter, and reading them would make every history page grow with N).
+JOB_FILTER_LISTS_UP_TO = 100
 
 
 class JobFilter(admin.SimpleListFilter):
-    """By job, listed from the jobs table (not a DISTINCT over the whole history)."""
+    """By job, listed from the jobs table (not a DISTINCT over the whole history). With more than
+    ``JOB_FILTER_LISTS_UP_TO`` jobs it lists only the job chosen: one job's history is reached from
+    its page on the dashboard ("All its runs"), or by searching the history for its name or code."""
 
     title = "job"
     parameter_name = "job"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        jobs = models.CronJob.objects.order_by("name").values_list("id", "name")
-        return [(str(job_id), name) for job_id, name in jobs]
+        jobs = list(models.CronJob.objects.order_by("name").values_list("id", "name")[:JOB_FILTER_LISTS_UP_TO + 1])
+        if len(jobs) <= JOB_FILTER_LISTS_UP_TO:
+            return [(str(job_id), name) for job_id, name in jobs]
+        chosen = self.value()
+        if not (chosen and chosen.isascii() and chosen.isdigit()):
+            return []
+        name = models.CronJob.objects.filter(id=int(chosen)).values_list("name", flat=True).first()
+        return [(chosen, name or f"job #{chosen}")]  # a job since deleted still filters (to nothing)
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         value = self.value()

@@ -48,6 +48,7 @@ from cron_celery import (
     locks,
     oneoffs,
     outcomes,
+    publishing,
     repairs,
     schedule_problems,
     schedule_sync,
@@ -393,12 +394,12 @@ class Scheduler(DatabaseScheduler):  # type: ignore[misc]
         sent = 0
         try:
             with self.app.producer_or_acquire() as producer:
+                sender = publishing.sender_for(self.app, producer)
                 batch = getattr(producer, "batch", None)
                 with batch(max_size=conf.settings.BEAT_BATCH) if batch else contextlib.nullcontext():
                     for item in to_publish:
-                        tasks.publish(self.app, jobs[item.job_id].task,
-                                      tasks.headers(item.execution_id, item.slot, item.trigger),
-                                      task_id=item.celery_task_id, producer=producer)
+                        sender.send(jobs[item.job_id].task, tasks.headers(item.execution_id, item.slot, item.trigger),
+                                    item.celery_task_id)
                         sent += 1
         except Exception:
             logger.exception("could not publish all of %d executions; those not sent stay PENDING",
@@ -414,10 +415,10 @@ class Scheduler(DatabaseScheduler):  # type: ignore[misc]
         sent = 0
         try:
             with self.app.producer_or_acquire() as producer:
+                sender = publishing.sender_for(self.app, producer)
                 for due in taken:
-                    tasks.publish(self.app, due.task, tasks.headers(due.execution_id, due.slot, oneoffs.ONE_OFF,
-                                                                     force=due.force),
-                                  task_id=due.celery_task_id, producer=producer)
+                    sender.send(due.task, tasks.headers(due.execution_id, due.slot, oneoffs.ONE_OFF, force=due.force),
+                                due.celery_task_id)
                     logger.info("cron_celery beat: one-off run %s (execution %d) sent", schedules.iso(due.slot),
                                 due.execution_id)
                     sent += 1

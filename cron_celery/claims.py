@@ -10,7 +10,8 @@ Statements per run (see docs/benchmarks.md): ``begin`` is one autocommit stateme
 the job needs no slot or overlap check (pattern ``always`` with overlap ``allow``), and
 otherwise three statements in one transaction (lock + fence, read the slot's state,
 insert or claim); the final write (``finishes.finish``) is one autocommit statement;
-``heartbeat`` is one statement every third of the lease.
+``heartbeat`` is one statement every third of the lease. The single-statement claim and the
+final write are prepared once per database session (``statements``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from cron_celery import enums, executions, groups, registry, waiting
+from cron_celery import enums, executions, groups, registry, statements, waiting
 
 S = enums.Status
 JOB = executions.JOB
@@ -349,6 +350,27 @@ def begin(
                      params=stored or None)
 
 
+#: ``_claim_new``'s statement, prepared once per database session (``statements``).
+_CLAIM_NEW = statements.statement("claim", f"""
+    WITH j AS (UPDATE {JOB} SET fence = fence + 1 WHERE id = %(job)s AND NOT paused
+               RETURNING fence, params)
+    INSERT INTO {EXE} ({executions.INSERT_COLUMNS}, params, params_given)
+    SELECT %(job)s, %(code)s, %(name)s, %(slot)s, %(date)s,
+        coalesce((SELECT max(run_number) FROM {EXE}
+                  WHERE job_id = %(job)s AND slot = %(slot)s), 0) + 1,
+        'RUNNING', %(trigger)s, '', %(forced)s, now(), clock_timestamp(), NULL, false, NULL,
+        '', '', '', 0, %(task_id)s, %(worker)s, %(pid)s, j.fence,
+        now() + make_interval(secs => %(lease)s), '[]'::jsonb,
+        nullif(coalesce(j.params, '{{}}'::jsonb) || coalesce(%(given)s::jsonb, '{{}}'::jsonb), '{{}}'::jsonb),
+        %(params_given)s
+    FROM j
+    ON CONFLICT (job_id, slot, run_number) DO NOTHING
+    RETURNING id, run_number, fence, params
+    """, {"job": "bigint", "code": "text", "name": "text", "slot": "timestamptz", "date": "date", "trigger": "text",
+          "forced": "boolean", "task_id": "text", "worker": "text", "pid": "integer", "lease": "float8",
+          "given": "text", "params_given": "boolean"})
+
+
 def _claim_new(
     *,
     job: registry.Job,
@@ -371,28 +393,10 @@ def _claim_new(
     is gone, or another claim inserted the same run number first.
     """
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"""
-            WITH j AS (UPDATE {JOB} SET fence = fence + 1 WHERE id = %(job)s AND NOT paused
-                       RETURNING fence, params)
-            INSERT INTO {EXE} ({executions.INSERT_COLUMNS}, params, params_given)
-            SELECT %(job)s, %(code)s, %(name)s, %(slot)s, %(date)s,
-                coalesce((SELECT max(run_number) FROM {EXE}
-                          WHERE job_id = %(job)s AND slot = %(slot)s), 0) + 1,
-                'RUNNING', %(trigger)s, '', %(forced)s, now(), clock_timestamp(), NULL, false, NULL,
-                '', '', '', 0, %(task_id)s, %(worker)s, %(pid)s, j.fence,
-                now() + make_interval(secs => %(lease)s), '[]'::jsonb,
-                nullif(coalesce(j.params, '{{}}'::jsonb) || coalesce(%(given)s::jsonb, '{{}}'::jsonb), '{{}}'::jsonb),
-                %(params_given)s
-            FROM j
-            ON CONFLICT (job_id, slot, run_number) DO NOTHING
-            RETURNING id, run_number, fence, params
-            """,
-            {"job": job_id, "code": job.code, "name": job.name, "slot": slot,
-             "date": execution_date, "trigger": trigger, "forced": forced,
-             "task_id": celery_task_id, "worker": worker, "pid": pid, "lease": lease_seconds,
-             "given": executions.as_jsonb(given), "params_given": params_given},
-        )
+        statements.execute(cursor, _CLAIM_NEW, {
+            "job": job_id, "code": job.code, "name": job.name, "slot": slot, "date": execution_date,
+            "trigger": trigger, "forced": forced, "task_id": celery_task_id, "worker": worker, "pid": pid,
+            "lease": lease_seconds, "given": executions.as_jsonb(given), "params_given": params_given})
         row = cursor.fetchone()
     if row is None:
         return None

@@ -98,6 +98,9 @@ class Settings:
     #: Days a schedule change (the audit log, ``audit``) is kept; ``None`` = keep all. The
     #: reconciler deletes older ones once an hour, in batches, whatever ``RETENTION_DAYS`` says.
     AUDIT_RETENTION_DAYS: int | None = 730
+    #: Prepare the statements every run sends (its claim and final write) once per database session;
+    #: False sends them as plain text every time (see ``statements``).
+    PREPARED_STATEMENTS: bool = True
     #: Limits shared by several jobs: ``{"warehouse": 2}`` lets at most two runs of all the jobs
     #: declared with ``concurrency_group="warehouse"`` be live at once (see ``groups``).
     CONCURRENCY_GROUPS: dict[str, int] = dataclasses.field(default_factory=dict)

@@ -14,7 +14,7 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from cron_celery import enums, executions
+from cron_celery import enums, executions, statements
 
 S = enums.Status
 JOB = executions.JOB
@@ -31,6 +31,36 @@ def finish(**kwargs: Any) -> bool:
     return finish_counting(**kwargs) is not None
 
 
+def _finish_sql(history: bool) -> statements.Statement:
+    # One statement, locks taken in the same order as ``begin``: the job's row first (j), then
+    # the execution (e), whose fence and status are re-checked on its latest version; the job's
+    # aggregates change only if the execution did.
+    attempts = f"attempts = {executions.FINISHED}," if history else ""
+    return statements.statement("finish" if history else "finish_first", f"""
+        WITH j AS (SELECT id, consecutive_failures FROM {JOB} WHERE id = %(job)s FOR UPDATE),
+        e AS (
+            UPDATE {EXE} SET status = %(status)s, ended = clock_timestamp(), completed = true,
+                success = %(ok)s, message = %(message)s, error_code = %(code)s,
+                {attempts} traceback = %(tb)s, result = %(result)s::jsonb, lease_until = NULL
+            FROM j
+            WHERE {EXE}.id = %(id)s AND {EXE}.fence = %(fence)s AND {EXE}.status = 'RUNNING'
+            RETURNING {EXE}.job_id
+        )
+        UPDATE {JOB} SET
+            consecutive_failures = CASE WHEN %(ok)s THEN 0 ELSE {JOB}.consecutive_failures + 1 END,
+            last_success_at = CASE WHEN %(ok)s THEN now() ELSE last_success_at END,
+            alerted_at = CASE WHEN %(ok)s THEN NULL ELSE {JOB}.alerted_at END,
+            last_status = %(status)s, last_run_at = now()
+        FROM e, j WHERE {JOB}.id = e.job_id AND j.id = e.job_id
+        RETURNING j.consecutive_failures
+        """, {"job": "bigint", "status": "text", "ok": "boolean", "message": "text", "code": "text", "tb": "text",
+              "result": "text", "id": "bigint", "fence": "bigint"})
+
+
+#: The final write, with the attempts history closed (True) or, for a first attempt, left alone.
+_FINISH = {history: _finish_sql(history) for history in (True, False)}
+
+
 def finish_counting(
     *,
     job_id: int,
@@ -44,35 +74,11 @@ def finish_counting(
     history: bool = True,
 ) -> int | None:
     """``finish``, returning the job's failures in a row before this outcome (None: fenced)."""
-    attempts = f"attempts = {executions.FINISHED}," if history else ""
-    succeeded = status == S.SUCCEEDED
     with connection.cursor() as cursor:
-        # One statement, locks taken in the same order as ``begin``: the job's row first
-        # (j), then the execution (e), whose fence and status are re-checked on its latest
-        # version; the job's aggregates change only if the execution did.
-        cursor.execute(
-            f"""
-            WITH j AS (SELECT id, consecutive_failures FROM {JOB} WHERE id = %(job)s FOR UPDATE),
-            e AS (
-                UPDATE {EXE} SET status = %(status)s, ended = clock_timestamp(), completed = true,
-                    success = %(ok)s, message = %(message)s, error_code = %(code)s,
-                    {attempts} traceback = %(tb)s, result = %(result)s::jsonb, lease_until = NULL
-                FROM j
-                WHERE {EXE}.id = %(id)s AND {EXE}.fence = %(fence)s AND {EXE}.status = 'RUNNING'
-                RETURNING {EXE}.job_id
-            )
-            UPDATE {JOB} SET
-                consecutive_failures = CASE WHEN %(ok)s THEN 0 ELSE {JOB}.consecutive_failures + 1 END,
-                last_success_at = CASE WHEN %(ok)s THEN now() ELSE last_success_at END,
-                alerted_at = CASE WHEN %(ok)s THEN NULL ELSE {JOB}.alerted_at END,
-                last_status = %(status)s, last_run_at = now()
-            FROM e, j WHERE {JOB}.id = e.job_id AND j.id = e.job_id
-            RETURNING j.consecutive_failures
-            """,
-            {"status": status, "ok": succeeded, "message": message, "code": error_code,
-             "tb": traceback, "result": None if result is None else json.dumps(result),
-             "id": execution_id, "fence": fence, "job": job_id},
-        )
+        statements.execute(cursor, _FINISH[history], {
+            "status": status, "ok": status == S.SUCCEEDED, "message": message, "code": error_code,
+            "tb": traceback, "result": None if result is None else json.dumps(result),
+            "id": execution_id, "fence": fence, "job": job_id})
         row = cursor.fetchone()
     return None if row is None else int(row[0])
 

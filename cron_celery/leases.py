@@ -50,6 +50,10 @@ _waker: tuple[int, socket.socket, socket.socket] | None = None
 #: Set by ``cancel_all``: every run of this process, tracked now or later, is told to stop.
 _stop_all = False
 counters = {"fenced": 0, "heartbeat_errors": 0, "lock_lost": 0}
+#: The longest the thread sleeps between two looks at what is due. A run tracked now is due a third
+#: of its lease from now; only when that is sooner is the thread woken at once (a write to its
+#: socket and a thread switch that a run of a minute's lease does not need).
+IDLE_PAUSE = 1.0
 
 
 def track(
@@ -66,7 +70,8 @@ def track(
     with _lock:
         _active[execution_id] = entry
     _ensure_thread()
-    _nudge()
+    if entry.due - now < IDLE_PAUSE:  # the thread, asleep for up to IDLE_PAUSE, would wake too late
+        _nudge()
 
 
 def cancel_all() -> None:
@@ -94,6 +99,8 @@ def _nudge() -> None:
 
 def _ensure_thread() -> None:
     global _thread, _waker
+    if _thread is not None and _waker is not None and _waker[0] == os.getpid() and _thread.is_alive():
+        return  # every run but a process's first: no lock taken
     with _start_lock:
         if _thread is not None and _thread.is_alive() and _waker is not None and _waker[0] == os.getpid():
             return
@@ -117,7 +124,7 @@ def _loop(receiver: socket.socket) -> None:
             logger.exception("lease thread failed a round; going on")
         with _lock:
             next_due = min((entry.due for entry in _active.values()), default=None)
-        pause = 1.0 if next_due is None else min(1.0, max(0.02, next_due - time.monotonic()))
+        pause = IDLE_PAUSE if next_due is None else min(IDLE_PAUSE, max(0.02, next_due - time.monotonic()))
         _sleep(receiver, pause)
 
 

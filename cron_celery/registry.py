@@ -6,13 +6,16 @@ keeps the declarations and refuses two jobs with the same name or code.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import datetime as dt
+import functools
 import hashlib
 import math
 import re
 import threading
 import zoneinfo
+from collections.abc import Mapping
 from typing import TypeVar
 
 from django.conf import settings as django_settings
@@ -23,7 +26,7 @@ NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,99}$")
 CODE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,49}$")
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Job:
     """A job's declaration: what it is called and how its slots may run."""
 
@@ -202,8 +205,7 @@ def declare(
     parsed: schedules.Schedule | None = None
     if schedule is not None:
         try:
-            parsed = schedules.from_celery(schedule).in_timezone(tz)
-            parsed.next_after(dt.datetime(2000, 1, 1, tzinfo=dt.UTC))  # it must fire at all
+            parsed = _checked(schedules.from_celery(schedule).in_timezone(tz))
         except (exceptions.InvalidSchedule, ValueError) as exc:
             raise exceptions.ImproperlyDeclared(f"its schedule is invalid: {exc}", job=name) from exc
     settings = conf.settings
@@ -389,7 +391,7 @@ def _after(job: str, value: object) -> tuple[str, ...]:
     return tuple(dict.fromkeys(items))
 
 
-def cycle_through(job: Job, jobs: dict[str, Job]) -> list[str] | None:
+def cycle_through(job: Job, jobs: Mapping[str, Job]) -> list[str] | None:
     """A cycle of ``after=`` that passes through ``job``, as names from it back to it; None if none."""
     path: list[str] = [job.name]
 
@@ -410,12 +412,36 @@ def cycle_through(job: Job, jobs: dict[str, Job]) -> list[str] | None:
     return walk(job.name, set())
 
 
+#: Distinct schedules kept by ``_checked`` (beyond it, a schedule is checked each time and not shared).
+_SHARED_UP_TO = 4096
+_checked_schedules: dict[tuple[schedules.Schedule, str], schedules.Schedule] = {}
+
+
+def _checked(schedule: schedules.Schedule) -> schedules.Schedule:
+    """``schedule`` once it fires at all (else ``InvalidSchedule``), as one object shared by every job
+    declared with an equal schedule (same fields, timezone and label): a hundred thousand jobs on a few
+    schedules hold a few schedules, and each distinct one is checked once per process."""
+    key = (schedule, getattr(schedule, "label", ""))
+    known = _checked_schedules.get(key)
+    if known is not None:
+        return known
+    schedule.next_after(dt.datetime(2000, 1, 1, tzinfo=dt.UTC))  # it must fire at all
+    if len(_checked_schedules) >= _SHARED_UP_TO:
+        return schedule
+    return _checked_schedules.setdefault(key, schedule)
+
+
 #: Slots sampled to find a declared schedule's shortest interval (what a jitter must stay under).
 _GAP_SAMPLE = 48
 
 
+@functools.lru_cache(maxsize=1024)
 def shortest_interval(schedule: schedules.Schedule) -> float:
-    """The shortest time between two slots of the schedule, in seconds (sampled from 2001-01-01)."""
+    """The shortest time between two slots of the schedule, in seconds (an interval's own; a cron
+    schedule's sampled over ``_GAP_SAMPLE`` slots from 2001-01-01). Cached per schedule, and asked
+    only when a jitter needs it (``_jitter``): it costs some fifty slot computations."""
+    if isinstance(schedule, schedules.Interval):
+        return float(schedule.seconds)  # epoch-aligned: every gap is the interval
     slot = schedule.next_after(dt.datetime(2001, 1, 1, tzinfo=dt.UTC))
     gaps = []
     for _ in range(_GAP_SAMPLE):
@@ -427,14 +453,15 @@ def shortest_interval(schedule: schedules.Schedule) -> float:
 
 def _jitter(job: str, value: object, schedule: schedules.Schedule | None) -> float:
     """The declared ``jitter`` (shorter than the schedule's shortest interval), or
-    ``DEFAULT_JITTER`` cut to a tenth of that interval; 0 for none."""
+    ``DEFAULT_JITTER`` cut to a tenth of that interval; 0 for none. The interval is worked out only
+    for a jitter above 0 (every interval is longer than none), so most jobs never pay for it."""
     declared = _number(job, "jitter", value, optional=True)
-    gap = shortest_interval(schedule) if schedule is not None else None
     if declared is None:
         configured = conf.settings.DEFAULT_JITTER  # a bad value is cron_celery.E002
         valid = isinstance(configured, int | float) and not isinstance(configured, bool) and 0 <= configured < 1e9
         default = float(configured) if valid else 0.0
-        return min(default, gap / 10) if gap is not None else default
+        return min(default, shortest_interval(schedule) / 10) if schedule is not None and default > 0 else default
+    gap = shortest_interval(schedule) if schedule is not None and declared > 0 else None
     if gap is not None and declared >= gap:
         raise exceptions.ImproperlyDeclared(
             f"jitter ({declared:g} s) must be shorter than the schedule's shortest interval ({gap:g} s): "
@@ -479,7 +506,7 @@ def register(job: Job) -> Job:
                     second=job.task_name,
                 )
         if job.after:
-            cycle = cycle_through(job, {**_by_name, job.name: job})
+            cycle = cycle_through(job, collections.ChainMap({job.name: job}, _by_name))
             if cycle:
                 raise exceptions.ImproperlyDeclared(
                     "its after= makes a cycle: " + " runs after ".join(cycle) + ".", job=job.name)

@@ -512,8 +512,10 @@ def execute(
                        claim.execution_id, status, extra=extra)
         status = FENCED
     else:
-        log = logger.info if status == S.SUCCEEDED else logger.warning
-        log("%s %s %s: %s", job.name, schedules.iso(slot), status, message[:200], extra={**extra, OUTCOME: True})
+        level = logging.INFO if status == S.SUCCEEDED else logging.WARNING
+        if logger.isEnabledFor(level):  # most workers log successes at WARNING: nothing to build
+            logger.log(level, "%s %s %s: %s", job.name, extra["slot"], status, message[:200],
+                       extra={**extra, OUTCOME: True})
     return Outcome(job=job.name, slot=slot, status=status, execution_id=claim.execution_id,
                    run_number=claim.run_number, message=message, error_code=code,
                    result=stored, exc=error, frees_job=True)

@@ -12,7 +12,7 @@ import pytest
 from django.conf import settings
 from django.contrib.auth.models import Permission
 from django.db import connection
-from django.test import override_settings
+from django.test import RequestFactory, override_settings
 from django.test.utils import CaptureQueriesContext
 from django_celery_beat.models import PeriodicTask
 
@@ -64,6 +64,39 @@ def test_the_dashboard_shows_each_jobs_health_in_a_bounded_number_of_queries(adm
     task = CronJob.objects.get(id=job_ids[0]).periodic_task
     assert task is not None and f"/admin/django_celery_beat/periodictask/{task.id}/change/" in html
     assert len(queries) <= 20, [query["sql"][:120] for query in queries.captured_queries]
+
+
+def test_with_many_jobs_the_history_lists_only_the_job_chosen_in_its_filter(admin_client, monkeypatch):
+    from cron_celery import admin as cron_admin
+
+    schedule_sync.sync()
+    chosen, other = job_rows.job_id(jobs.tick_2s.job), job_rows.job_id(jobs.nightly_report.job)
+    history(chosen, 3)
+    history(other, 2)
+    names = CronJob.objects.values_list("name", flat=True)
+    assert f"?job={chosen}" in admin_client.get(HISTORY).content.decode()  # a few jobs: each is listed
+    monkeypatch.setattr(cron_admin, "JOB_FILTER_LISTS_UP_TO", 1)
+    page = admin_client.get(HISTORY).content.decode()
+    assert "?job=" not in page  # too many to list: no job filter, every job's runs shown
+    assert page.count("done") >= 5
+    page = admin_client.get(f"{HISTORY}?job={chosen}").content.decode()
+    assert f"?job={other}" not in page and "?job=" in page  # the job chosen, and its runs only
+    assert sum(page.count(f">{name}<") for name in names if name != "tick-2s") == 0
+    assert admin_client.get(f"{HISTORY}?job=999999").content.decode().count("done") == 0  # a job since deleted
+
+
+def test_the_dashboard_counts_its_jobs_once_and_exactly_while_they_are_few(admin_client):
+    from cron_celery import admin as cron_admin
+
+    schedule_sync.sync()
+    with CaptureQueriesContext(connection) as queries:
+        assert admin_client.get(DASHBOARD).status_code == 200
+    counts = [query["sql"] for query in queries.captured_queries if '"__count"' in query["sql"]]
+    assert len(counts) == 1  # no second count of every job for "(N total)"
+    jobs_count = CronJob.objects.count()
+    page_admin = cron_admin.CronJobAdmin(CronJob, cron_admin.admin.site)
+    listed = page_admin.get_paginator(RequestFactory().get(DASHBOARD), CronJob.objects.all(), 50)
+    assert listed.count == jobs_count  # few rows: counted exactly, not estimated
 
 
 def test_pause_and_resume_go_through_the_periodic_task(admin_client):

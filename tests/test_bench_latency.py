@@ -6,10 +6,14 @@ Pure functions only: no process is started and nothing is timed.
 from __future__ import annotations
 
 import datetime as dt
+import json
+import shutil
+from pathlib import Path
+from typing import Any
 
 import pytest
 
-from bench import latency, latency_mix
+from bench import latency, latency_mix, latency_section, page
 from bench.latency import Sample
 
 MINUTE = dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.UTC).timestamp()
@@ -137,3 +141,62 @@ def test_seconds_are_shown_in_milliseconds_below_one():
     assert latency.seconds(0.0123) == "12 ms"
     assert latency.seconds(1.5) == "1.50 s"
     assert latency.seconds(None) == "-"
+
+
+# ------------------------------------------------------------------------ the page's section
+
+
+def side(p99_published: float, *, expected: int = 1000, seen: int | None = None, per_s: float = 150.0,
+         done: int = 900) -> dict[str, Any]:
+    """A results entry as bench/latency.py writes it, with the figures a test sets."""
+    figures = {"n": expected if seen is None else seen, "p50": p99_published / 2, "p95": p99_published,
+               "p99": p99_published, "max": p99_published + 0.1}
+    later = {key: (value + 1 if isinstance(value, float) else value) for key, value in figures.items()}
+    return {"expected": expected, "seen": expected,
+            "delays": {"recorded": figures, "handed": figures, "published": figures, "started": later,
+                       "ended": later},
+            "per_minute": [{"minute": "12:00", "expected": expected, "done": done}],
+            "throughput": {"completions": expected, "busy_s": 10, "per_s": per_s, "peak_per_s": per_s * 1.2},
+            "dispatch": {"rounds": 2, "largest": 500, "ms_p50": 120.0, "ms_max": 180.0, "slots_per_s": 4000.0},
+            "drained": True, "window": ["2026-01-01T12:00:00+00:00", "2026-01-01T12:01:00+00:00"]}
+
+
+def test_the_targets_are_judged_at_their_sizes_and_need_every_slot_published():
+    results = {"1000": {"cron_celery": side(0.4)}, "10000": {"cron_celery": side(6.0, expected=10_000)}}
+    lines = latency_section.targets(results)
+    assert lines == ["- 1,000 jobs: slot → published p99 400 ms (target at most 1 s: met).",
+                     "- 10,000 jobs: slot → published p99 6.00 s (target at most 5 s: **not met**)."]
+    # Fast but not every slot published: not met; and a size the run did not measure says so.
+    lines = latency_section.targets({"1000": {"cron_celery": side(0.4, seen=990)}})
+    assert "**not met**" in lines[0] and "not measured in this run" in lines[1]
+
+
+def test_the_capacity_line_says_whether_the_workers_bound_the_end_of_the_slots():
+    kept_up = latency_section.capacity(1000, side(0.4, per_s=150.0), 2, 2)
+    assert "landed over 10 s, 150/s" in kept_up and "they kept up" in kept_up
+    busy = side(6.0, per_s=120.0)
+    busy["throughput"]["busy_s"] = 84
+    line = latency_section.capacity(10_000, busy, 2, 2)
+    assert "about 83 s of work" in line and "capacity, not the beat" in line
+
+
+@pytest.fixture
+def results_dir(tmp_path: Path) -> Path:
+    """A copy of the page tests' results directory (tests/bench_results) that a test may change."""
+    return Path(shutil.copytree(Path(__file__).parent / "bench_results", tmp_path / "results"))
+
+
+def test_the_section_compares_each_size_with_database_scheduler(results_dir: Path) -> None:
+    path = results_dir / "latency.json"
+    data = json.loads(path.read_text())
+    data["results"] = {"1000": {"cron_celery": side(0.4), "dbs": side(4.0, done=500)}}
+    path.write_text(json.dumps(data))
+    text = "\n".join(latency_section.latency_section(page.load(results_dir)))
+    assert "| 1,000 | cron_celery | 1,000 / 1,000 | 200 ms | 400 ms | 500 ms |" in text
+    assert "|  | DatabaseScheduler | 1,000 / 1,000 | 2.00 s | 4.00 s |" in text
+    assert "|  | **cron_celery ÷ DBS** |  | 0.10 | **0.10** | 0.12 |" in text
+    assert "900 / 1,000" in text and "500 / 1,000" in text
+    data["results"] = {"1000": {"dbs": side(4.0)}}
+    path.write_text(json.dumps(data))
+    with pytest.raises(latency_section.ResultError, match="without cron_celery"):
+        latency_section.latency_section(page.load(results_dir))

@@ -1,0 +1,132 @@
+"""The statements every run sends (its claim and its final write), prepared once per database
+session and then run with ``EXECUTE``: PostgreSQL parses and plans each once per session instead of
+at every run (most of what a run costs the server; see docs/benchmarks.md).
+
+A statement is prepared under a name made from a digest of its text (``PREPARE
+cron_celery_claim_<digest>(types) AS ...``), so that one name always means one statement, whoever
+prepared it. The first use on a connection sends ``PREPARE ...; EXECUTE ...`` as one query (one
+round trip, one implicit transaction); later uses send ``EXECUTE`` alone.
+
+Only outside a transaction (autocommit, no ``atomic`` block): a statement's error inside one would
+abort the caller's transaction, so there the plain text is sent, as before. A session that lost what
+was prepared on it (a pooler in transaction mode that hands each statement to another server
+connection, ``DISCARD ALL``) answers the ``EXECUTE`` with an error that ran nothing; the statement is
+then sent as plain text, and from then on this process prepares nothing. ``PREPARED_STATEMENTS =
+False`` prepares nothing from the start, and neither does a connection with Django's
+``"server_side_binding": True``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import re
+import weakref
+from collections.abc import Mapping
+from typing import Any
+
+from django.db import DatabaseError, connection
+
+from cron_celery import conf
+
+logger = logging.getLogger(__name__)
+
+_PLACEHOLDER = re.compile(r"%\((\w+)\)s")
+#: SQLSTATEs of a session that does not hold a statement as this process believes:
+#: invalid_sql_statement_name (not prepared there), feature_not_supported ("cached plan must not
+#: change result type": a migration changed what it returns).
+_LOST = frozenset({"26000", "0A000"})
+#: duplicate_prepared_statement: prepared there already (by this process before it lost count, or by
+#: another client of a pooled server connection: the same name is the same text, so it is ours).
+_THERE = "42P05"
+
+
+@dataclasses.dataclass(frozen=True)
+class Statement:
+    """One statement in its two forms: ``sql`` (Django's ``%(name)s`` placeholders), and its prepared
+    form, ``prepare`` (``$n`` placeholders, typed) and ``execute`` (``EXECUTE name(%(name)s, ...)``)."""
+
+    sql: str
+    name: str
+    prepare: str
+    execute: str
+
+
+def statement(label: str, sql: str, types: Mapping[str, str]) -> Statement:
+    """``sql`` with ``%(name)s`` placeholders, each named in ``types`` with its PostgreSQL type (in the
+    order of the prepared statement's parameters)."""
+    order = list(types)
+    used = set(_PLACEHOLDER.findall(sql))
+    if used != set(order):
+        raise ValueError(f"{label}: the placeholders {sorted(used)} are not the typed parameters {sorted(order)}")
+    body = _PLACEHOLDER.sub(lambda found: f"${order.index(found.group(1)) + 1}", sql)
+    text = f"({', '.join(types[key] for key in order)}) AS {body.strip()}"
+    name = f"cron_celery_{label}_{hashlib.sha1(text.encode()).hexdigest()[:16]}"
+    return Statement(sql=sql, name=name, prepare=f"PREPARE {name}{text}",
+                     execute=f"EXECUTE {name}({', '.join(f'%({key})s' for key in order)})")
+
+
+#: Names prepared on each open connection (the driver's connection object: a new one after a
+#: reconnect starts empty).
+_prepared: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
+#: Set once a session turned out not to keep what was prepared on it: nothing more is prepared.
+_unkept = False
+
+
+def _state(error: BaseException) -> str | None:
+    return getattr(error.__cause__, "sqlstate", None) or getattr(error, "sqlstate", None)
+
+
+def usable() -> bool:
+    """Whether the next statement on Django's default connection may be prepared: not with
+    ``"server_side_binding": True`` (psycopg then sends each query with the extended protocol, which
+    takes one command a query and cannot type ``EXECUTE``'s parameters; psycopg prepares there by
+    itself, at its ``prepare_threshold``)."""
+    options = connection.settings_dict.get("OPTIONS") or {}
+    return (not _unkept and conf.settings.PREPARED_STATEMENTS and options.get("server_side_binding") is not True
+            and connection.connection is not None and connection.get_autocommit()
+            and not connection.in_atomic_block)
+
+
+def execute(cursor: Any, stmt: Statement, params: Mapping[str, Any]) -> None:
+    """Run ``stmt`` on ``cursor`` (Django's, on the default connection); its result is then read as
+    usual (``fetchone``, ``rowcount``)."""
+    global _unkept
+    if not usable():
+        cursor.execute(stmt.sql, params)
+        return
+    names = _prepared.setdefault(connection.connection, set())
+    try:
+        if stmt.name in names:
+            cursor.execute(stmt.execute, params)
+        else:
+            cursor.execute(f"{stmt.prepare};\n{stmt.execute}", params)
+            cursor.nextset()  # the EXECUTE's result, after the PREPARE's
+            names.add(stmt.name)
+        return
+    except DatabaseError as error:
+        state = _state(error)
+        if state != _THERE and state not in _LOST:
+            raise
+    if state == _THERE:
+        names.add(stmt.name)
+        try:
+            cursor.execute(stmt.execute, params)
+            return
+        except DatabaseError as error:
+            if _state(error) not in _LOST:
+                raise
+    # Nothing ran: this session does not keep prepared statements (or lost this one).
+    _unkept = True
+    names.clear()
+    logger.info("the database session did not keep a statement cron_celery prepared on it (a pooler in "
+                "transaction mode?); this process sends its statements unprepared from now on")
+    cursor.execute(stmt.sql, params)
+
+
+def reset() -> None:
+    """Forget what was learnt (tests)."""
+    global _unkept
+    _unkept = False
+    _prepared.clear()

@@ -1,0 +1,105 @@
+"""The claim and the final write are prepared once per database session, and run with EXECUTE;
+a session that does not keep them (a pooler in transaction mode) gets them as plain text."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.db import connection, transaction
+from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
+
+from cron_celery import jobs, runs, statements
+from cron_celery.models import CronExecution, Status, Trigger
+from tests.conftest import make_job
+
+SLOT = dt.datetime(2026, 11, 29, 7, 0, tzinfo=dt.UTC)
+
+
+def test_a_statement_is_numbered_typed_and_named_after_its_text():
+    made = statements.statement("probe", "SELECT %(a)s::int + %(b)s, %(a)s", {"b": "integer", "a": "integer"})
+    assert made.prepare == f"PREPARE {made.name}(integer, integer) AS SELECT $2::int + $1, $2"
+    assert made.execute == f"EXECUTE {made.name}(%(b)s, %(a)s)"
+    assert made.name.startswith("cron_celery_probe_")
+    other = statements.statement("probe", "SELECT %(a)s::int + %(b)s, %(a)s", {"b": "bigint", "a": "integer"})
+    assert other.name != made.name  # another text (its types): another name, never the same name twice
+    with pytest.raises(ValueError, match="typed parameters"):
+        statements.statement("probe", "SELECT %(a)s, %(c)s", {"a": "integer"})
+
+
+@pytest.fixture
+def fresh() -> Iterator[None]:
+    statements.reset()
+    yield
+    statements.reset()
+
+
+def _ok(run: runs.Run) -> str:
+    return "ok"
+
+
+def _sent(queries: CaptureQueriesContext) -> list[str]:
+    """How each statement of the run began: PREPARE, EXECUTE or the plain WITH (savepoints left out)."""
+    return [word for query in queries.captured_queries
+            if (word := query["sql"].split(None, 1)[0]) not in ("SAVEPOINT", "RELEASE")]
+
+
+def _job() -> Any:
+    job, _job_id = make_job(pattern="always", overlap="allow")
+    jobs.job_id(job)  # its row id known already, as in any run but a process's first
+    return job
+
+
+def _run(job: Any, minute: int) -> runs.Outcome:
+    return runs.execute(job, SLOT + dt.timedelta(minutes=minute), _ok, trigger=Trigger.MANUAL)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_first_run_prepares_the_next_ones_execute(fresh):
+    job = _job()
+    with CaptureQueriesContext(connection) as first:
+        assert _run(job, 0).status == Status.SUCCEEDED
+    with CaptureQueriesContext(connection) as second:
+        assert _run(job, 1).status == Status.SUCCEEDED
+    assert _sent(first) == ["PREPARE", "PREPARE"]  # each with its EXECUTE, in one round trip
+    assert _sent(second) == ["EXECUTE", "EXECUTE"]
+    with transaction.atomic(), CaptureQueriesContext(connection) as inside:  # never inside a transaction
+        assert _run(job, 2).status == Status.SUCCEEDED
+    assert _sent(inside) == ["WITH", "WITH"]
+    with override_settings(CRON_CELERY={"PREPARED_STATEMENTS": False}), CaptureQueriesContext(connection) as off:
+        assert _run(job, 3).status == Status.SUCCEEDED
+    assert _sent(off) == ["WITH", "WITH"]
+    assert CronExecution.objects.filter(task_code=job.code, status=Status.SUCCEEDED).count() == 4
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_session_that_lost_them_gets_plain_statements_from_then_on(fresh):
+    """As behind a pooler in transaction mode: the next statement reaches a server session that does
+    not hold what this connection prepared. The EXECUTE fails having run nothing; the statement is
+    sent as plain text, and this process prepares nothing more."""
+    job = _job()
+    assert _run(job, 0).status == Status.SUCCEEDED
+    with connection.cursor() as cursor:
+        cursor.execute("DEALLOCATE ALL")
+    with CaptureQueriesContext(connection) as lost:
+        assert _run(job, 1).status == Status.SUCCEEDED
+    assert _sent(lost) == ["EXECUTE", "WITH", "WITH"]
+    assert not statements.usable()
+    rows = CronExecution.objects.filter(task_code=job.code).values_list("status", "run_number")
+    assert sorted(rows) == [(Status.SUCCEEDED, 1), (Status.SUCCEEDED, 1)]  # one row per slot, nothing twice
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_statement_the_session_holds_already_is_executed(fresh):
+    """The process lost count (or another client of a pooled server session prepared it: one name is
+    one text): the PREPARE is refused, the EXECUTE runs it."""
+    job = _job()
+    assert _run(job, 0).status == Status.SUCCEEDED
+    statements._prepared.clear()
+    with CaptureQueriesContext(connection) as again:
+        assert _run(job, 1).status == Status.SUCCEEDED
+    assert _sent(again) == ["PREPARE", "EXECUTE", "PREPARE", "EXECUTE"]
+    assert statements.usable()
