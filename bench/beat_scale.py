@@ -103,10 +103,10 @@ from bench.common import (  # noqa: E402
 )
 
 QUEUE = f"beat-scale-{os.getpid()}"
-# Read when Django and Celery configure themselves (bench/beat_scale_settings.py, cron_celery.beat).
-os.environ["DJANGO_SETTINGS_MODULE"] = "bench.beat_scale_settings"
-os.environ["BENCH_DEFAULT_QUEUE"] = QUEUE
-os.environ["CRON_CELERY_BEAT_ALWAYS_LEAD"] = "1"
+#: Set by ``main`` (never at import: a test importing this module must not change its environment),
+#: read when Django and Celery configure themselves (bench/beat_scale_settings.py, cron_celery.beat).
+ENVIRONMENT = {"DJANGO_SETTINGS_MODULE": "bench.beat_scale_settings", "BENCH_DEFAULT_QUEUE": QUEUE,
+               "CRON_CELERY_BEAT_ALWAYS_LEAD": "1"}
 
 DEFAULT_SIZES = (10, 1000, 10_000)
 QUICK_SIZES = (10, 1000)
@@ -910,6 +910,7 @@ def main(argv: list[str] | None = None) -> int:
     if not chosen or [name for name in chosen if name not in known]:
         parser.error(f"--variants takes some of {', '.join(known)}, not {args.variants!r}")
 
+    os.environ.update(ENVIRONMENT)
     stop_on_sigterm()
     redis_url, client = broker_client()
     db_name = setup_django()

@@ -28,7 +28,6 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-os.environ["DJANGO_SETTINGS_MODULE"] = "bench.history_settings"
 
 from bench.common import BenchError, ensure_database, log, log_machine, run, write_results  # noqa: E402
 
@@ -269,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--jobs and --repeat must be at least 1, and --rows at least --jobs")
     started_at = dt.datetime.now(dt.UTC)
     loadavg = os.getloadavg()
+    os.environ["DJANGO_SETTINGS_MODULE"] = "bench.history_settings"  # here, not at import
     from bench import history_settings
 
     ensure_database(history_settings.DATABASES["default"])

@@ -64,11 +64,11 @@ from bench.common import (  # noqa: E402
     write_results,
 )
 
-os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
 TAG = uuid.uuid4().hex[:10]
 PREFIX = f"cron-celery-memory-{TAG}"
-# Read by bench/settings.py at import, here and in the workers (inherited environment).
-os.environ["BENCH_DEFAULT_QUEUE"] = f"{PREFIX}-default"
+#: Set by ``main`` (never at import: a test importing this module must not change its environment);
+#: read by bench/settings.py at import, here and in the workers (inherited environment).
+ENVIRONMENT = {"DJANGO_SETTINGS_MODULE": "bench.settings", "BENCH_DEFAULT_QUEUE": f"{PREFIX}-default"}
 
 CHECKPOINTS = (1000, 10_000, 25_000, 50_000, 100_000)
 QUICK_CHECKPOINTS = (500, 2000, 5000)
@@ -358,6 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.ahead < CHUNK or args.concurrency < 1:
         parser.error(f"--ahead is at least {CHUNK}, --concurrency at least 1")
 
+    os.environ.update(ENVIRONMENT)
     stop_on_sigterm()
     redis_url, client = broker_client()
     from django.conf import settings

@@ -193,6 +193,21 @@ class EstimatedCountPaginator(Paginator):  # type: ignore[type-arg]
                 return int(row[0])
         return int(super().count)
 
+    def page(self, number: Any) -> Any:
+        """The page asked for; at the estimated last page or past it the list is counted exactly, so
+        that rows added since PostgreSQL's statistics were taken are on a page the links reach."""
+        try:
+            asked = int(number)
+        except (TypeError, ValueError):
+            asked = 0
+        query = getattr(self.object_list, "query", None)
+        if query is not None and not query.where and asked >= self.num_pages:
+            exact = int(self.object_list.count())  # type: ignore[attr-defined]  # a QuerySet: it has a query
+            if exact != self.count:
+                self.__dict__["count"] = exact
+                self.__dict__.pop("num_pages", None)  # the page links then reach the real last page
+        return super().page(number)
+
 
 @admin.register(models.CronJob)
 class CronJobAdmin(ReadOnly):
@@ -206,6 +221,7 @@ class CronJobAdmin(ReadOnly):
     # No filter panel: the dashboard needs the width; sort by status or search instead.
     search_fields = ("name", "code", "task")
     readonly_fields = ("runs_after", "schedule_in_code", "latest_runs", "schedule_changes")
+
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
         """The job's page: its schedule (in effect, and in code), then its latest runs and its schedule
         changes side by side (the changes for those who may see the audit log), then every field."""

@@ -11,6 +11,8 @@ import argparse
 import inspect
 import json
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -330,3 +332,16 @@ def test_the_beat_benchmark_takes_sizes_up_to_a_million_and_names_its_variants(c
         beat_scale.main(["--variants", "cron_celery,nonesuch"])
     assert "--variants takes some of dbs, cron_celery, cron_celery_jitter, cron_celery_after, not " \
            "'cron_celery,nonesuch'" in capsys.readouterr().err
+
+
+def test_importing_the_benchmarks_leaves_the_environment_alone():
+    """Each script sets what its processes need (settings module, queue, always-lead) in ``main``: a
+    test that imports one must not hand ``CRON_CELERY_BEAT_ALWAYS_LEAD`` to the beats that later
+    tests start (it made every beat lead at once, and six leadership tests failed)."""
+    probe = ("import os\nbefore = dict(os.environ)\n"
+             "import bench.beat_scale, bench.memory, bench.latency, bench.history, bench.locks, bench.run\n"
+             "print(sorted(k for k in set(before) | set(os.environ) if before.get(k) != os.environ.get(k)))\n")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
