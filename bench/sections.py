@@ -284,8 +284,10 @@ def overhead_commit_off(data: dict[str, Any]) -> list[str]:
         ], "lr"),
         "",
         f"Against the targets: (iii\\*) ÷ (ii\\*) at least 1.00: **{verdict_code}**; the durable gap at most "
-        f"one WAL flush: **{verdict_flush}**. With {concurrency} pool processes each is busy all along, so a",
-        "run takes concurrency ÷ throughput of its process; a gap below zero means a tracked run is the shorter.",
+        f"one WAL flush: **{verdict_flush}**.",
+        "",
+        f"With {concurrency} pool processes each busy all along, a run holds its process for concurrency ÷",
+        "throughput; a gap below zero means a tracked run is the shorter.",
         "",
     ]
 
@@ -832,9 +834,11 @@ def beat_section(results: Results) -> list[str]:
         "",
         "### What is left",
         "",
-        "- Most of a large burst is Celery's own message building (`send_task`: routing, the message,",
-        "  reading Celery's settings through Django's). Publishing while the next batch is written, or",
-        "  building messages once per task, would cut it further.",
+        "- The beat now builds a round's messages with Celery's `create_task_message` and",
+        "  `send_task_message`, routing each task and declaring each queue once per round (see",
+        "  [where cron_celery's publish time goes](#where-cron_celerys-publish-time-goes)); what is left of",
+        "  a large burst is kombu's own publish (the message's JSON, one pipeline command each) and the",
+        "  rows' insert. Publishing while the next batch is written would overlap the two.",
         "- The first tick of a burst publishes only once its first batch is recorded.",
         "- Any change to any periodic task makes django-celery-beat's part of the scheduler reload its",
         "  own (non-cron) tasks, a query over all periodic tasks: that, not cron_celery's reload, is",
