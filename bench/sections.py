@@ -679,6 +679,22 @@ def memory_cells(memory: dict[str, Any], n: int) -> list[str]:
         f"{fmt_number(per_job, 2)} KiB"]
 
 
+def memory_growth(small: int, large: int, before: float | None, after: float | None) -> str:
+    """How the memory with the scheduler built grew. The sizes run one after the other in one process,
+    so a smaller size may be built in memory an earlier one freed (about nothing added): then only
+    the larger figure is told, per job."""
+    name = "memory with the scheduler built"
+    if after is None:
+        return f"- {name}: not measured at N = {large:,}."
+    if before is None or before < 1.0:
+        return (f"- {name}: {fmt_number(after, 1)} MiB added at N = {large:,} ({fmt_number(after * 1024 / large, 2)} "
+                f"KiB a job, should be linear); at N = {small:,} the process built in memory that the sizes before "
+                "it had freed, so the two are not compared.")
+    grew, verdict = scale_growth(before, after, large / small)
+    return (f"- {name}: {fmt_number(before, 2)} MiB to {fmt_number(after, 2)} MiB, {TIMES}{fmt_ratio(grew)}: "
+            f"{verdict} (should be linear).")
+
+
 def page_cell(page: dict[str, Any] | None) -> str:
     if page is None:
         return DASH
@@ -716,7 +732,10 @@ def beat_scale_lines(data: dict[str, Any]) -> list[str]:
         f"cron_celery alone at each N of the run ({', '.join(f'{size:,}' for size in sizes)}). *Declared* is",
         "the time to declare the N jobs in the process (what every worker and beat pays at start-up);",
         "memory is this process's resident memory (VmRSS) added since before the jobs were declared: once",
-        "declared, with the scheduler built, and after the burst (per job: built, divided by N).",
+        "declared, with the scheduler built, and after the burst (per job: built, divided by N). The",
+        "sizes run one after the other in this one process, so a size can be built in memory that the",
+        "sizes before it freed (then next to nothing, or less than nothing, is added): the largest N's",
+        "figure is the one to read.",
         "",
         *table(["N", "declared", "build, first", "build, restart", "idle tick (median)", "one edit (rows read)",
                 "shared crontab edit (rows read)", "burst: all N published after", "memory: declared",
@@ -757,7 +776,7 @@ def beat_scale_lines(data: dict[str, Any]) -> list[str]:
                    after["edit"]["single"]["rows_read"], "rows", "flat"),
               said("burst, all published", before["burst"]["time_to_all_s"], after["burst"]["time_to_all_s"], "s",
                    "linear"),
-              said("memory with the scheduler built", built(before), built(after), "MiB", "linear"),
+              memory_growth(small, large, built(before), built(after)),
               said("`sync_cron_schedules`", (before.get("sync_command") or {}).get("seconds"),
                    (after.get("sync_command") or {}).get("seconds"), "s", "linear")]
     for key, name in BEAT_PAGES:

@@ -159,7 +159,8 @@ def test_what_is_watched_and_when_each_was_due(declare):
             for n, trigger in enumerate((Trigger.BEAT, Trigger.UPSTREAM, Trigger.CATCH_UP, Trigger.BACKFILL))}
     CronExecution.objects.filter(id__in=rows.values()).update(created_at=db_now() - dt.timedelta(seconds=30),
                                                               due_at=old)
-    one_off = tasks.schedule_one_off(job, db_now() + dt.timedelta(hours=1))
+    # At :30 of a minute: a whole minute is a slot the every-minute schedule runs anyway (refused).
+    one_off = tasks.schedule_one_off(job, (db_now() + dt.timedelta(hours=1)).replace(second=30, microsecond=0))
     with with_webhook():
         assert reconciler.run_pass().late == 0  # sent 30 s ago: within the deadline, whatever the slot
         CronExecution.objects.filter(id__in=rows.values()).update(created_at=db_now() - dt.timedelta(seconds=61))
