@@ -93,11 +93,11 @@ if str(ROOT) not in sys.path:  # run as a script: make ``bench`` and ``cron_cele
 from bench.common import (  # noqa: E402
     BenchError,
     broker_client,
-    ensure_database,
     log,
     log_machine,
     resident_mib,
     run,
+    setup_django,
     stop_on_sigterm,
     write_results,
 )
@@ -254,19 +254,6 @@ def drop_queue(client: redis.Redis) -> int:
 
 
 # ----------------------------------------------------------------------------- database
-
-
-def setup_django() -> str:
-    import django
-    from django.conf import settings
-    from django.core.management import call_command
-
-    created = ensure_database(dict(settings.DATABASES["default"]))
-    django.setup()
-    call_command("migrate", verbosity=0, interactive=False)
-    if created:
-        log("migrated it")
-    return str(settings.DATABASES["default"]["NAME"])
 
 
 def reset_tables() -> None:

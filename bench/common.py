@@ -138,3 +138,17 @@ def count_rows(table: str, status: str) -> int:
         cursor.execute(f"SELECT count(*) FROM {table} WHERE status = %s", [status])
         row = cursor.fetchone()
     return int(row[0]) if row else 0
+
+
+def setup_django() -> str:
+    """Create the script's database if missing, set Django up and migrate it; returns its name."""
+    import django
+    from django.conf import settings
+    from django.core.management import call_command
+
+    created = ensure_database(dict(settings.DATABASES["default"]))
+    django.setup()
+    call_command("migrate", verbosity=0, interactive=False)
+    if created:
+        log("migrated it")
+    return str(settings.DATABASES["default"]["NAME"])

@@ -84,10 +84,10 @@ from bench import latency_mix  # noqa: E402
 from bench.common import (  # noqa: E402
     BenchError,
     broker_client,
-    ensure_database,
     log,
     log_machine,
     run,
+    setup_django,
     stop_on_sigterm,
     write_results,
 )
@@ -330,19 +330,6 @@ def wait_until(what: str, condition: Callable[[], bool], timeout: float, process
 
 
 # --------------------------------------------------------------------------- database
-
-
-def setup_django() -> str:
-    import django
-    from django.conf import settings
-    from django.core.management import call_command
-
-    created = ensure_database(dict(settings.DATABASES["default"]))
-    django.setup()
-    call_command("migrate", verbosity=0, interactive=False)
-    if created:
-        log("migrated it")
-    return str(settings.DATABASES["default"]["NAME"])
 
 
 def reset_tables() -> None:

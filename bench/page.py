@@ -151,7 +151,7 @@ def header(results: Results) -> list[str]:
         "## Running the benchmarks",
         "",
         "```sh",
-        "./scripts/bench                           # every benchmark, then this page (10 to 20 minutes)",
+        "./scripts/bench                           # every benchmark, then this page (about an hour)",
         "./scripts/bench --quick --out /tmp/b.md   # small sizes, a few minutes: checks the pipeline",
         "./scripts/bench --only locks --results bench/results/run-<time>   # run one again into a run",
         "./scripts/bench --from-results bench/results/run-<time>           # render only",

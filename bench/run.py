@@ -1,6 +1,6 @@
 """Runs the benchmarks one after the other, then writes docs/benchmarks.md from their results.
 
-    ./scripts/bench                                  # everything, full size (10 to 20 minutes; longer the first time)
+    ./scripts/bench                                  # everything, full size (about an hour; longer the first time)
     ./scripts/bench --quick                          # small sizes: a few minutes, to check the pipeline
     ./scripts/bench --only locks --results DIR       # run one again into an earlier run's results
     ./scripts/bench --from-results DIR               # render the page only, from existing results
