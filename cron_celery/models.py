@@ -147,9 +147,12 @@ class CronJob(models.Model):
 class CronExecution(models.Model):
     """One run of one slot of a job; retries are attempts inside it (``retry_count``)."""
 
-    job = models.ForeignKey(CronJob, on_delete=models.CASCADE, related_name="executions")
-    task_code = models.CharField(max_length=50, db_index=True)
-    task_name = models.CharField(max_length=100, db_index=True)
+    #: Not indexed on their own: every write of a run pays for each index of this table (a run
+    #: inserts one row and rewrites it when it ends), and the indexes below lead with ``job`` and
+    #: ``task_code`` already; ``task_name`` is only searched with ``icontains``, which no b-tree serves.
+    job = models.ForeignKey(CronJob, on_delete=models.CASCADE, related_name="executions", db_index=False)
+    task_code = models.CharField(max_length=50)
+    task_name = models.CharField(max_length=100)
     slot = models.DateTimeField(help_text="The scheduled instant, stored in UTC")
     execution_date = models.DateField(help_text="The slot's local date in the job's timezone")
     run_number = models.PositiveIntegerField(default=1)
@@ -170,7 +173,7 @@ class CronExecution(models.Model):
     traceback = models.TextField(blank=True)
     result = models.JSONField(null=True, blank=True)
     retry_count = models.IntegerField(default=0)
-    celery_task_id = models.CharField(max_length=255, blank=True, db_index=True)
+    celery_task_id = models.CharField(max_length=255, blank=True)  # indexed below, equality only
     worker = models.CharField(max_length=255, blank=True)
     pid = models.IntegerField(null=True, blank=True)
     fence = models.BigIntegerField(null=True, blank=True)
@@ -233,6 +236,9 @@ class CronExecution(models.Model):
             ),
             models.Index(fields=["completed"], name="cron_exec_completed"),
             models.Index(fields=["job", "status"], name="cron_exec_job_status"),
+            # A message's execution (revoked, lost, sent again), looked up by equality only: no
+            # ``varchar_pattern_ops`` twin, which ``db_index=True`` would add for LIKE.
+            models.Index(fields=["celery_task_id"], name="cron_exec_task_id"),
             # One-off runs recorded ahead and not sent yet: what the beat's idle tick looks for.
             models.Index(fields=["due_at"], name="cron_exec_one_off_due",
                          condition=models.Q(trigger="ONE_OFF", status="PENDING", celery_task_id="")),
