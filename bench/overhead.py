@@ -91,8 +91,13 @@ PREFIX = f"cron-celery-bench-{TAG}"
 # Read by bench/settings.py at import, here and in the workers (inherited environment).
 os.environ["BENCH_DEFAULT_QUEUE"] = f"{PREFIX}-default"
 
-SLOT_BASE = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+#: The timed runs' slots: a week ago, minute after minute, so that every run ends inside the
+#: dashboard's 8-day horizon and its final write updates the hourly and duration rollups too,
+#: as a live job's does (a slot older than that skips them).
+SLOT_BASE = dt.datetime.now(dt.UTC).replace(second=0, microsecond=0) - dt.timedelta(days=7)
 WARMUP_BASE = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
+#: ``time_commits``' first slot after SLOT_BASE, past those the worker runs and ``count_statements`` use.
+COMMIT_SLOTS_FROM = 3000
 PRIORITY_SEP = "\x06\x16"  # kombu's Redis transport: "queue\x06\x16<priority>" keys
 PRIORITY_STEPS = (3, 6, 9)
 
@@ -302,7 +307,7 @@ def time_commits(runs: int) -> dict[str, float]:
     from cron_celery import jobs as cron_jobs
 
     backend = DatabaseBackend(app=app)
-    slots = itertools.count(100_000)
+    slots = itertools.count(COMMIT_SLOTS_FROM)
 
     def tracked() -> None:
         tasks.tracked_noop(slot=(SLOT_BASE + dt.timedelta(minutes=next(slots))).isoformat())
@@ -310,13 +315,20 @@ def time_commits(runs: int) -> dict[str, float]:
     def result() -> None:
         backend.mark_as_done(uuid.uuid4().hex, None)
 
-    def per_call(call: Callable[[], None]) -> float:
+    def wal_position() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')")
+            return int(cursor.fetchone()[0])
+
+    def per_call(call: Callable[[], None]) -> tuple[float, float]:
+        """Milliseconds and bytes of WAL per call (the WAL of the whole server: run it quiet)."""
         for _ in range(10):  # warm: connection open, statements prepared
             call()
+        wal = wal_position()
         started = time.perf_counter()
         for _ in range(runs):
             call()
-        return (time.perf_counter() - started) * 1000 / runs
+        return (time.perf_counter() - started) * 1000 / runs, (wal_position() - wal) / runs
 
     figures: dict[str, float] = {}
     try:
@@ -324,8 +336,8 @@ def time_commits(runs: int) -> dict[str, float]:
             with connection.cursor() as cursor:
                 cursor.execute(f"SET synchronous_commit = {mode}")
             suffix = "" if mode == "on" else "_async_commit"
-            figures[f"tracked_ms{suffix}"] = per_call(tracked)
-            figures[f"results_ms{suffix}"] = per_call(result)
+            figures[f"tracked_ms{suffix}"], figures[f"tracked_wal_bytes{suffix}"] = per_call(tracked)
+            figures[f"results_ms{suffix}"], figures[f"results_wal_bytes{suffix}"] = per_call(result)
     finally:
         with connection.cursor() as cursor:
             cursor.execute("RESET synchronous_commit")
@@ -810,6 +822,8 @@ def main(argv: list[str] | None = None) -> int:
     log(f"ms per call in-process: tracked run {cost['tracked_ms']:.3f}, django-db result {cost['results_ms']:.3f}; "
         f"with synchronous_commit off (reference): {cost['tracked_ms_async_commit']:.3f} and "
         f"{cost['results_ms_async_commit']:.3f}")
+    log(f"WAL per call: tracked run {cost['tracked_wal_bytes']:,.0f} bytes, django-db result "
+        f"{cost['results_wal_bytes']:,.0f} bytes")
     fsync = measure_fsync(args.fsync_seconds) if args.fsync_seconds > 0 else None
     if fsync is not None and fsync.get("measured"):
         log(f"one WAL flush ({fsync['method']}, pg_test_fsync -s {args.fsync_seconds} in {fsync['directory']}): "

@@ -67,6 +67,17 @@ def test_the_commit_cost_section_shows_the_difference_with_and_without_the_wal_f
     section = text[text.index("### Where the difference from (ii) goes"):]
     assert "| difference | **0.300 ms** | 0.100 ms |" in section
     assert "| (iii) tracked run | 1.500 ms | 1.250 ms |" in section
+    assert "bytes** of WAL" not in section  # results from before it was measured: no line
+
+
+def test_the_commit_cost_section_gives_the_wal_each_call_wrote(results_dir: Path):
+    cost = {"tracked_ms": 1.5, "results_ms": 1.2, "tracked_ms_async_commit": 1.25, "results_ms_async_commit": 1.15,
+            "tracked_wal_bytes": 2346.4, "results_wal_bytes": 951.0,
+            "tracked_wal_bytes_async_commit": 2340.0, "results_wal_bytes_async_commit": 950.0}
+    edit(results_dir, "overhead.json", lambda data: data["statements"].__setitem__("commit_cost", cost))
+    text = rendered(results_dir)
+    section = text[text.index("### Where the difference from (ii) goes"):]
+    assert "Each call wrote **2,346 bytes** of WAL for a tracked run and 951 bytes for a" in section
 
 
 def test_lock_ratios_are_against_pottery_and_the_floor():
