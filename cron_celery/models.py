@@ -149,7 +149,9 @@ class CronExecution(models.Model):
 
     #: Not indexed on their own: every write of a run pays for each index of this table (a run
     #: inserts one row and rewrites it when it ends), and the indexes below lead with ``job`` and
-    #: ``task_code`` already; ``task_name`` is only searched with ``icontains``, which no b-tree serves.
+    #: ``task_code`` already; ``task_name`` and ``celery_task_id`` are only searched with
+    #: ``icontains`` (the admin), which no b-tree serves, and the package never looks a row up by
+    #: its Celery task id (a revoked or lost run is found by its job, worker and pid).
     job = models.ForeignKey(CronJob, on_delete=models.CASCADE, related_name="executions", db_index=False)
     task_code = models.CharField(max_length=50)
     task_name = models.CharField(max_length=100)
@@ -173,7 +175,7 @@ class CronExecution(models.Model):
     traceback = models.TextField(blank=True)
     result = models.JSONField(null=True, blank=True)
     retry_count = models.IntegerField(default=0)
-    celery_task_id = models.CharField(max_length=255, blank=True)  # indexed below, equality only
+    celery_task_id = models.CharField(max_length=255, blank=True)
     worker = models.CharField(max_length=255, blank=True)
     pid = models.IntegerField(null=True, blank=True)
     fence = models.BigIntegerField(null=True, blank=True)
@@ -236,9 +238,6 @@ class CronExecution(models.Model):
             ),
             models.Index(fields=["completed"], name="cron_exec_completed"),
             models.Index(fields=["job", "status"], name="cron_exec_job_status"),
-            # A message's execution (revoked, lost, sent again), looked up by equality only: no
-            # ``varchar_pattern_ops`` twin, which ``db_index=True`` would add for LIKE.
-            models.Index(fields=["celery_task_id"], name="cron_exec_task_id"),
             # One-off runs recorded ahead and not sent yet: what the beat's idle tick looks for.
             models.Index(fields=["due_at"], name="cron_exec_one_off_due",
                          condition=models.Q(trigger="ONE_OFF", status="PENDING", celery_task_id="")),

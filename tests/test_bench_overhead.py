@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -126,3 +127,39 @@ def test_a_run_without_the_commit_off_variants_or_a_profile_says_so(tmp_path: Pa
     lines = "\n".join(sections.overhead_section(page.load(directory)))
     assert "not measured (pg_test_fsync is not installed)" in lines
     assert "the durable gap at most one WAL flush: **\u2013**" in lines
+
+
+def overhead_data(*, tracked: float, results: float, tracked_off: float, results_off: float,
+                  in_process_off: tuple[float, float]) -> dict[str, Any]:
+    """overhead.json as the page reads it: one repeat of each variant, and the in-process timing."""
+    medians = {"tracked": tracked, "results": results, "tracked-commit-off": tracked_off,
+               "results-commit-off": results_off}
+    return {"medians": medians, "settings": {"concurrency": 2}, "fsync": None,
+            "runs": [{"variant": key, "rate": rate, "repeat": 1} for key, rate in medians.items()],
+            "statements": {"commit_cost": {"tracked_ms_async_commit": in_process_off[0],
+                                           "results_ms_async_commit": in_process_off[1],
+                                           "tracked_wal_bytes": 2300.0, "results_wal_bytes": 930.0}}}
+
+
+def test_what_is_left_is_explained_only_when_the_figures_show_it():
+    # Quicker in one process, slower through the worker; the durable commits cost 2 x (1/400 - 1/450)
+    # - 2 x (1/450 - 1/500) = 111 us a run more than the code.
+    data = overhead_data(tracked=400, results=450, tracked_off=450, results_off=500, in_process_off=(1.05, 1.29))
+    said = "\n".join(sections.overhead_what_is_left(data, 2))
+    assert "a tracked run is the quicker call (1.050 against 1.290 ms" in said
+    assert "yet through a worker it is the slower. There 2 pool processes" in said
+    assert "(the WAL below)" in said
+    assert "What the durable commits added (111 µs a run) is the claim's own commit" in said
+
+    faster = overhead_data(tracked=400, results=450, tracked_off=520, results_off=500, in_process_off=(1.05, 1.29))
+    said = "\n".join(sections.overhead_what_is_left(faster, 2))  # the faster through the worker too
+    assert "quicker call" not in said
+    slower_in_process = overhead_data(tracked=400, results=450, tracked_off=450, results_off=500,
+                                      in_process_off=(1.40, 1.29))
+    assert "quicker call" not in "\n".join(sections.overhead_what_is_left(slower_in_process, 2))
+
+    # Durable gap below the commits-off gap (noise): no claim about the flush.
+    noisy = overhead_data(tracked=440, results=486, tracked_off=489, results_off=551, in_process_off=(1.05, 1.29))
+    said = "\n".join(sections.overhead_what_is_left(noisy, 2))
+    assert "added nothing measurable in this run (-30 µs a run" in said
+    assert "claim's own commit" not in said

@@ -20,14 +20,15 @@ EXE = "cron_celery_cronexecution"
 KEPT = {
     "cron_celery_cronexecution_pkey": "UNIQUE INDEX ON cron_celery_cronexecution USING btree (id)",
     "cron_execution_once_per_run": "UNIQUE INDEX ON cron_celery_cronexecution USING btree (job_id, slot, run_number)",
-    "cron_exec_task_id": "INDEX ON cron_celery_cronexecution USING btree (celery_task_id)",
     "cron_exec_code_date": "INDEX ON cron_celery_cronexecution USING btree (task_code, execution_date)",
     "cron_exec_code_ok_date": "INDEX ON cron_celery_cronexecution USING btree (task_code, success, execution_date)",
     "cron_exec_completed": "INDEX ON cron_celery_cronexecution USING btree (completed)",
     "cron_exec_job_status": "INDEX ON cron_celery_cronexecution USING btree (job_id, status)",
 }
-#: What 0022 drops: pattern twins of three columns, and three columns a wider index leads with.
+#: What 0022 drops: pattern twins of three columns, two columns a wider index leads with, and two
+#: only ever searched with icontains.
 DROPPED = {
+    "cron_celery_cronexecution_celery_task_id_5fae1482",
     "cron_celery_cronexecution_celery_task_id_5fae1482_like",
     "cron_celery_cronexecution_task_code_df32618a",
     "cron_celery_cronexecution_task_code_df32618a_like",
@@ -60,12 +61,11 @@ def test_the_execution_lookups_still_use_an_index_after_the_drop() -> None:
     plans = {}
     with connection.cursor() as cursor:
         cursor.execute("SET LOCAL enable_seqscan = off")  # inside the test's transaction
-        for what, where in (("job", "job_id = 1"), ("code", "task_code = 'X'"), ("task id", "celery_task_id = 'abc'")):
+        for what, where in (("job", "job_id = 1"), ("code", "task_code = 'X'")):
             cursor.execute(f"EXPLAIN SELECT id FROM {EXE} WHERE {where}")
             plans[what] = " ".join(str(row[0]) for row in cursor.fetchall())
     assert "cron_execution_once_per_run" in plans["job"] or "cron_exec_job_status" in plans["job"], plans["job"]
     assert "cron_exec_code_date" in plans["code"] or "cron_exec_code_ok_date" in plans["code"], plans["code"]
-    assert "cron_exec_task_id" in plans["task id"], plans["task id"]
 
 
 @pytest.fixture
@@ -112,7 +112,7 @@ def test_the_migration_runs_forward_and_back_with_rows_in_the_table(own_database
     migrate("0022")
     after = indexes()
     assert not DROPPED & set(after)
-    assert after["cron_exec_task_id"] == KEPT["cron_exec_task_id"]
+    assert set(after) == set(KEPT) | PARTIAL
 
     migrate("0021")
     assert indexes() == before, "the way back restores every index, definitions included"
