@@ -20,6 +20,9 @@ from django.db import connection
 from cron_celery import models
 
 LEASE = models.Lease._meta.db_table
+#: The lease row that lets one reconciler pass run at a time across all workers; released when the
+#: pass ends, so its ``lease_until`` is when the last pass ended (``metrics`` reads it).
+RECONCILER = "reconciler"
 
 
 def hold(name: str, token: str, holder: str, seconds: float) -> bool:

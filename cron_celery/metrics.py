@@ -19,12 +19,13 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
-from cron_celery import conf, enums, models
+from cron_celery import conf, enums, leadership, models
 
 JOB = models.CronJob._meta.db_table
 EXE = models.CronExecution._meta.db_table
 TALLY = models.Tally._meta.db_table
 BEAT = models.BeatHeartbeat._meta.db_table
+ALERT = models.Alert._meta.db_table
 #: Upper bounds (seconds) of the duration histogram's buckets (the trigger of migration 0012
 #: has the same; ``tests/test_endpoints.py`` checks they agree).
 BUCKETS = (0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
@@ -36,19 +37,19 @@ class DatabaseCollector(Collector):
     def collect(self) -> Iterator[Any]:
         late = float(conf.settings.HEALTH["OVERDUE_SECONDS"])
         executions = CounterMetricFamily("cron_executions", "Executions that ended, by job and final status",
-                                         labels=["job", "status"])
+                                         labels=["cron_job", "status"])
         open_now = GaugeMetricFamily("cron_executions_open", "Executions pending, running or retrying now",
-                                     labels=["job", "status"])
-        lost = CounterMetricFamily("cron_lost", "Executions that ended LOST", labels=["job"])
+                                     labels=["cron_job", "status"])
+        lost = CounterMetricFamily("cron_lost", "Executions that ended LOST", labels=["cron_job"])
         fenced = CounterMetricFamily("cron_fenced", "Outcomes not recorded: the run had been taken over",
-                                     labels=["job"])
+                                     labels=["cron_job"])
         last_success = GaugeMetricFamily("cron_last_success_timestamp_seconds", "When the job last succeeded",
-                                         labels=["job"])
+                                         labels=["cron_job"])
         overdue = GaugeMetricFamily("cron_overdue", "1 when the job's next slot is late beyond the health limit",
-                                    labels=["job"])
-        failures = GaugeMetricFamily("cron_consecutive_failures", "Failures in a row", labels=["job"])
+                                    labels=["cron_job"])
+        failures = GaugeMetricFamily("cron_consecutive_failures", "Failures in a row", labels=["cron_job"])
         durations = HistogramMetricFamily("cron_execution_duration_seconds", "Duration of finished executions",
-                                          labels=["job"])
+                                          labels=["cron_job"])
         with connection.cursor() as cursor:
             cursor.execute(
                 f"""
@@ -73,6 +74,20 @@ class DatabaseCollector(Collector):
             opened = cursor.fetchall()
             cursor.execute(f'SELECT extract(epoch FROM now() - max(seen_at)) FROM {BEAT} WHERE "leading"')
             beat_age = cursor.fetchone()[0]
+            # Each status through its own partial index: the few undelivered rows, not the outbox.
+            cursor.execute(
+                f"""
+                SELECT channel, 'PENDING', count(*), extract(epoch FROM now() - min(created_at))
+                FROM {ALERT} WHERE status = 'PENDING' GROUP BY channel
+                UNION ALL
+                SELECT channel, 'FAILED', count(*), NULL FROM {ALERT} WHERE status = 'FAILED' GROUP BY channel
+                """
+            )
+            undelivered = cursor.fetchall()
+            # The pass's lease ends when the pass does (``leadership.release``): its end is the last pass's.
+            cursor.execute(f"SELECT extract(epoch FROM greatest(now() - lease_until, interval '0')) "
+                           f"FROM {leadership.LEASE} WHERE name = %s", [leadership.RECONCILER])
+            passed = cursor.fetchone()
         names = {job_id: name for job_id, name, *_ in jobs}
         for _job_id, name, fenced_count, success_at, in_a_row, late_now in jobs:
             fenced.add_metric([name], fenced_count)
@@ -106,6 +121,22 @@ class DatabaseCollector(Collector):
         if beat_age is not None:
             beat.add_metric([], float(beat_age))
         yield beat
+        alerts = GaugeMetricFamily("cron_alerts_undelivered",
+                                   "Alerts not delivered: PENDING (still being tried) or FAILED (given up)",
+                                   labels=["channel", "status"])
+        oldest = GaugeMetricFamily("cron_alerts_pending_oldest_age_seconds",
+                                   "Age of the oldest alert still PENDING", labels=["channel"])
+        for channel, status, count, age in sorted(undelivered):
+            alerts.add_metric([channel, status], count)
+            if age is not None:
+                oldest.add_metric([channel], float(age))
+        yield alerts
+        yield oldest
+        last_pass = GaugeMetricFamily("cron_reconciler_last_pass_age_seconds",
+                                      "Seconds since the reconciler's last pass ended (0 while one runs)")
+        if passed is not None:
+            last_pass.add_metric([], float(passed[0]))
+        yield last_pass
 
 
 def render() -> tuple[bytes, str]:

@@ -86,7 +86,7 @@ from cron_celery import (
 logger = logging.getLogger(__name__)
 S = enums.Status
 #: The name of the lease row that lets one pass run at a time across all workers.
-PASS_LEASE = "reconciler"
+PASS_LEASE = leadership.RECONCILER
 #: The lease row that lets one pass an hour tidy old heartbeat and alert rows.
 TIDY_LEASE, TIDY_SECONDS = "reconciler-tidy", 3600.0
 

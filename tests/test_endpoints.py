@@ -21,8 +21,8 @@ from django.test import Client, override_settings
 from django.test.utils import CaptureQueriesContext
 from prometheus_client.parser import text_string_to_metric_families
 
-from cron_celery import dispatch, exceptions, health, metrics, registry, retention, runs, tasks
-from cron_celery.models import BeatHeartbeat, CronExecution, CronJob, Status, Trigger
+from cron_celery import dispatch, exceptions, health, leadership, metrics, registry, retention, runs, tasks
+from cron_celery.models import Alert, BeatHeartbeat, CronExecution, CronJob, Lease, Status, Trigger
 from tests.conftest import make_job
 
 pytestmark = pytest.mark.django_db
@@ -33,6 +33,8 @@ ALL_SCOPES = {"ops": {"token": TOKEN, "scopes": ["read", "run", "force"]}}
 EXE = CronExecution._meta.db_table
 JOB = CronJob._meta.db_table
 BEAT = BeatHeartbeat._meta.db_table
+ALERT = Alert._meta.db_table
+LEASE = Lease._meta.db_table
 SLOT = dt.datetime(2026, 11, 29, tzinfo=dt.UTC)
 ENDPOINTS = [("get", "/cron/status/"), ("get", "/cron/health/"), ("get", "/cron/metrics/"),
              ("post", "/cron/run/calc-commission/")]
@@ -393,13 +395,13 @@ def test_metrics_counts_durations_and_gauges_match_the_rows(client):
 
     samples, families, content_type = scrape(client)
     assert content_type.startswith("text/plain")
-    b, i = (("job", busy.name),), (("job", idle.name),)
+    b, i = (("cron_job", busy.name),), (("cron_job", idle.name),)
     executions = {labels: value for (name, labels), value in samples.items() if name == "cron_executions_total"}
     assert executions == {
-        (("job", busy.name), ("status", "SUCCEEDED")): 5, (("job", busy.name), ("status", "FAILED")): 1,
-        (("job", busy.name), ("status", "LOST")): 2,
+        (("cron_job", busy.name), ("status", "SUCCEEDED")): 5, (("cron_job", busy.name), ("status", "FAILED")): 1,
+        (("cron_job", busy.name), ("status", "LOST")): 2,
     }
-    assert samples["cron_executions_open", (("job", idle.name), ("status", "PENDING"))] == 1
+    assert samples["cron_executions_open", (("cron_job", idle.name), ("status", "PENDING"))] == 1
     assert (samples["cron_lost_total", b], samples["cron_lost_total", i]) == (2, 0)
     assert (samples["cron_fenced_total", b], samples["cron_fenced_total", i]) == (4, 0)
     assert samples["cron_last_success_timestamp_seconds", b] == success.timestamp()
@@ -413,7 +415,7 @@ def test_metrics_counts_durations_and_gauges_match_the_rows(client):
                for le in ("0.1", "0.5", "1.0", "5.0", "10.0", "30.0", "60.0", "300.0", "900.0", "3600.0")}
     buckets[float("inf")] = len(finished)
     got = {float(labels[-1][1]): value for (name, labels), value in samples.items()
-           if name == "cron_execution_duration_seconds_bucket" and labels[0] == ("job", busy.name)}
+           if name == "cron_execution_duration_seconds_bucket" and labels[0] == ("cron_job", busy.name)}
     assert got == buckets
     assert samples["cron_execution_duration_seconds_count", b] == len(finished)
     assert samples["cron_execution_duration_seconds_sum", b] == pytest.approx(sum(finished))
@@ -429,11 +431,60 @@ def test_metrics_without_a_leading_beat_or_rows(client):
     assert not [key for key in samples if key[0] == "cron_executions_total"]
 
 
+def test_metrics_give_the_undelivered_alerts_by_channel_and_the_reconcilers_last_pass(client):
+    job, job_id = make_job()
+    failed = execution(job, job_id, SLOT, Status.FAILED, seconds=1.0)
+    other = execution(job, job_id, SLOT + dt.timedelta(hours=1), Status.FAILED, seconds=1.0)
+    rows = [("slack", "PENDING", "40 minutes", failed), ("slack", "PENDING", "5 minutes", other),
+            ("email", "FAILED", "2 hours", failed), ("email", "FAILED", "1 hour", other),
+            ("webhook", "SENT", "1 minute", failed)]
+    for channel, status, age, row in rows:
+        Alert.objects.create(execution=row, job_id=job_id, event="FAILED", channel=channel, status=status)
+        sql(f"UPDATE {ALERT} SET created_at = now() - interval '{age}', updated_at = now() "
+            "WHERE execution_id = %s AND channel = %s", [row.id, channel])
+    samples, families, _ = scrape(client)
+    assert "cron_reconciler_last_pass_age_seconds" in families
+    assert not [key for key in samples if key[0] == "cron_reconciler_last_pass_age_seconds"]  # never ran
+    undelivered = {labels: value for (name, labels), value in samples.items() if name == "cron_alerts_undelivered"}
+    assert undelivered == {(("channel", "slack"), ("status", "PENDING")): 2,
+                           (("channel", "email"), ("status", "FAILED")): 2}  # SENT is not counted
+    oldest = {labels: value for (name, labels), value in samples.items()
+              if name == "cron_alerts_pending_oldest_age_seconds"}
+    assert list(oldest) == [(("channel", "slack"),)]
+    assert oldest[(("channel", "slack"),)] == pytest.approx(40 * 60, abs=5)  # created, not last retried
+
+    token = "t-1"
+    assert leadership.hold(leadership.RECONCILER, token, "host:1", 60)
+    samples, _, _ = scrape(client)
+    assert samples["cron_reconciler_last_pass_age_seconds", ()] == 0  # a pass is running
+    assert leadership.release(leadership.RECONCILER, token)
+    sql(f"UPDATE {LEASE} SET lease_until = now() - interval '7 minutes' WHERE name = %s", [leadership.RECONCILER])
+    samples, _, _ = scrape(client)
+    assert samples["cron_reconciler_last_pass_age_seconds", ()] == pytest.approx(7 * 60)
+
+
+def test_a_scrape_counts_undelivered_alerts_through_their_partial_indexes(client):
+    job, job_id = make_job()
+    row = execution(job, job_id, SLOT, Status.FAILED, seconds=1.0)
+    sql(f"INSERT INTO {ALERT} (execution_id, job_id, event, channel, status, attempts, last_error, created_at, "
+        "updated_at, facts) SELECT %s, %s, 'FAILED', 'ch-' || n, 'SENT', 1, '', now(), now(), '{}' "
+        "FROM generate_series(1, 5000) AS n", [row.id, job_id])
+    sql(f"ANALYZE {ALERT}")
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN SELECT channel, count(*) FROM {ALERT} WHERE status = 'FAILED' GROUP BY channel")
+        failed_plan = " ".join(str(line[0]) for line in cursor.fetchall())
+        cursor.execute(f"EXPLAIN SELECT channel, min(created_at) FROM {ALERT} WHERE status = 'PENDING' "
+                       "GROUP BY channel")
+        pending_plan = " ".join(str(line[0]) for line in cursor.fetchall())
+    assert "cron_alert_failed" in failed_plan and "Seq Scan" not in failed_plan, failed_plan
+    assert "cron_alert_pending" in pending_plan and "Seq Scan" not in pending_plan, pending_plan
+
+
 def test_a_duration_equal_to_a_bucket_bound_counts_in_that_le_bucket(client):
     job, job_id = make_job()
     execution(job, job_id, SLOT, Status.SUCCEEDED, seconds=1.0)  # exactly le="1.0"
     samples, _, _ = scrape(client)
-    assert samples["cron_execution_duration_seconds_bucket", (("job", job.name), ("le", "1.0"))] == 1
+    assert samples["cron_execution_duration_seconds_bucket", (("cron_job", job.name), ("le", "1.0"))] == 1
 
 
 # --- 5. run/<job>/ ----------------------------------------------------------------------------
@@ -570,10 +621,10 @@ def test_metrics_counters_are_the_history_as_it_was_written_and_survive_a_purge(
     assert truth == {"SUCCEEDED": 1, "FAILED": 1, "SKIPPED": 1, "MISSED": 1}
     samples, _, _ = scrape(client)
     counted = {dict(labels)["status"]: value for (name, labels), value in samples.items()
-               if name == "cron_executions_total" and dict(labels)["job"] == job.name}
+               if name == "cron_executions_total" and dict(labels)["cron_job"] == job.name}
     assert counted == truth
-    assert samples["cron_executions_open", (("job", job.name), ("status", "PENDING"))] == 1
-    assert samples["cron_execution_duration_seconds_count", (("job", job.name),)] == 2  # the two that ran
+    assert samples["cron_executions_open", (("cron_job", job.name), ("status", "PENDING"))] == 1
+    assert samples["cron_execution_duration_seconds_count", (("cron_job", job.name),)] == 2  # the two that ran
     purged = retention.purge(SLOT + dt.timedelta(days=30), ("SUCCEEDED", "FAILED", "SKIPPED", "MISSED"))
     assert purged.executions == 4
     again, _, _ = scrape(client)

@@ -1,0 +1,185 @@
+"""Monitoring as users run it: the alerting rules (deploy/prometheus/rules.yml) pass ``promtool check
+rules`` and their unit tests (``promtool test rules``), the real output of ``/cron/metrics/`` passes
+``promtool check metrics``, and the rules and the Grafana dashboard (deploy/grafana/cron_celery.json)
+use only metrics and labels the endpoint serves, in PromQL that Prometheus parses. promtool is
+Debian's (package ``prometheus``), installed when missing."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from django.test import Client
+from prometheus_client.parser import text_string_to_metric_families
+
+from cron_celery import health, leadership
+from cron_celery.models import Alert, CronJob, Status
+from tests.conftest import debian_tool, make_job
+from tests.test_endpoints import BEARER, execution, with_token
+
+ROOT = Path(__file__).resolve().parent.parent
+RULES = ROOT / "deploy" / "prometheus" / "rules.yml"
+RULE_TESTS = ROOT / "deploy" / "prometheus" / "rules_test.yml"
+DASHBOARD = ROOT / "deploy" / "grafana" / "cron_celery.json"
+PROVISIONING = ROOT / "deploy" / "grafana" / "provisioning" / "cron_celery.yaml"
+#: A metric name of ours in an expression, once its label matchers and label lists are taken out.
+METRIC = re.compile(r"\bcron_[a-z_]+\b")
+MATCHERS = re.compile(r"\{([^}]*)\}")
+LABEL_LISTS = re.compile(r"\b(?:by|without|on|ignoring)\s*\(([^)]*)\)")
+
+
+def metric_names(expr: str) -> set[str]:
+    return set(METRIC.findall(LABEL_LISTS.sub(" ", MATCHERS.sub(" ", expr))))
+
+
+def label_names(expr: str) -> set[str]:
+    """The labels an expression filters or groups on."""
+    found = {name for inner in MATCHERS.findall(expr) for name in re.findall(r"(\w+)\s*(?:=~|!~|!=|=)", inner)}
+    found |= {name.strip() for inner in LABEL_LISTS.findall(expr) for name in inner.split(",") if name.strip()}
+    return found
+
+
+@pytest.fixture(scope="module")
+def promtool() -> str:
+    return debian_tool("/usr/bin/promtool", "prometheus", "checking the alerting rules and the metrics")
+
+
+def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(args), input=stdin, capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_the_rules_pass_promtool_check_rules(promtool: str) -> None:
+    done = run(promtool, "check", "rules", str(RULES))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "SUCCESS" in done.stdout + done.stderr
+
+
+def test_the_rules_pass_their_unit_tests(promtool: str) -> None:
+    done = run(promtool, "test", "rules", str(RULE_TESTS))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "SUCCESS" in done.stdout + done.stderr
+
+
+def test_every_alert_is_tested_both_firing_and_quiet() -> None:
+    alerts = {rule["alert"] for group in yaml.safe_load(RULES.read_text())["groups"] for rule in group["rules"]}
+    cases = [case for test in yaml.safe_load(RULE_TESTS.read_text())["tests"] for case in test["alert_rule_test"]]
+    firing = {case["alertname"] for case in cases if case.get("exp_alerts")}
+    quiet = {case["alertname"] for case in cases if not case.get("exp_alerts")}
+    assert alerts == firing, f"never seen firing: {sorted(alerts - firing)}"
+    assert alerts == quiet, f"never seen quiet: {sorted(alerts - quiet)}"
+
+
+def scraped(client: Client) -> str:
+    with with_token:
+        response = client.get("/cron/metrics/", headers=BEARER)
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+def busy_system() -> None:
+    """Rows for every metric family to have samples: runs of each ending, an overdue job, a beat,
+    a reconciler pass, alerts pending and failed."""
+    slot = dt.datetime(2026, 11, 29, tzinfo=dt.UTC)
+    job, job_id = make_job()
+    ok = execution(job, job_id, slot, Status.SUCCEEDED, seconds=2.0)
+    bad = execution(job, job_id, slot + dt.timedelta(hours=1), Status.FAILED, seconds=0.3)
+    execution(job, job_id, slot + dt.timedelta(hours=2), Status.LOST)
+    execution(job, job_id, slot + dt.timedelta(hours=3), Status.RUNNING, seconds=None)
+    Alert.objects.create(execution=bad, job_id=job_id, event="FAILED", channel="slack", status="PENDING")
+    Alert.objects.create(execution=bad, job_id=job_id, event="FAILED", channel="email", status="FAILED")
+    Alert.objects.create(execution=ok, job_id=job_id, event="RECOVERED", channel="slack", status="SENT")
+    CronJob.objects.filter(id=job_id).update(last_success_at=slot + dt.timedelta(seconds=2), consecutive_failures=1)
+    health.beat_seen("host-a:1", True)
+    assert leadership.hold(leadership.RECONCILER, "pass", "host-a:2", 60)
+    assert leadership.release(leadership.RECONCILER, "pass")
+
+
+@pytest.mark.django_db
+def test_the_endpoints_output_passes_promtool_check_metrics(client: Client, promtool: str) -> None:
+    busy_system()
+    text = scraped(client)
+    names = {family.name for family in text_string_to_metric_families(text)}
+    assert {"cron_alerts_undelivered", "cron_reconciler_last_pass_age_seconds", "cron_executions"} <= names
+    done = run(promtool, "check", "metrics", stdin=text)
+    assert done.returncode == 0 and not (done.stdout + done.stderr).strip(), done.stdout + done.stderr
+
+
+def served(client: Client) -> dict[str, set[str]]:
+    """Each sample name the endpoint serves (a busy system), with its labels."""
+    busy_system()
+    found: dict[str, set[str]] = {}
+    for family in text_string_to_metric_families(scraped(client)):
+        for sample in family.samples:
+            found.setdefault(sample.name, set()).update(sample.labels)
+        found.setdefault(family.name, set())
+    return found
+
+
+def expressions() -> list[tuple[str, str]]:
+    """(where, PromQL) of every rule and every dashboard target."""
+    found = [(f"rule {rule['alert']}", rule["expr"])
+             for group in yaml.safe_load(RULES.read_text())["groups"] for rule in group["rules"]]
+    dashboard = json.loads(DASHBOARD.read_text())
+    found += [(f"panel {panel['title']!r}", target["expr"])
+              for panel in dashboard["panels"] for target in panel.get("targets", [])]
+    return found
+
+
+@pytest.mark.django_db
+def test_the_rules_and_the_dashboard_use_only_what_the_endpoint_serves(client: Client) -> None:
+    samples = served(client)
+    for where, expr in expressions():
+        names = metric_names(expr)
+        assert names, f"{where} reads none of our metrics"
+        for name in names:
+            assert name in samples, f"{where} reads {name}, which /cron/metrics/ does not serve"
+        carried = set().union(*(samples[name] for name in names))
+        for label in label_names(expr):
+            assert label in carried, f"{where} uses the label {label!r}, which none of {sorted(names)} carries"
+        assert "job" not in label_names(expr), f"{where}: a job is cron_job (job is Prometheus's own label)"
+
+
+def test_the_expression_reader_finds_metrics_and_labels() -> None:
+    expr = 'sum by (le, cron_job) (rate(cron_execution_duration_seconds_bucket{cron_job=~"$cron_job"}[5m]))'
+    assert metric_names(expr) == {"cron_execution_duration_seconds_bucket"}
+    assert label_names(expr) == {"le", "cron_job"}
+    assert label_names('cron_alerts_undelivered{status="FAILED",channel!="x"}') == {"status", "channel"}
+
+
+def test_the_dashboards_queries_parse_as_promql(promtool: str, tmp_path: Path) -> None:
+    """Each target as a recording rule (Grafana's variables given values), checked by promtool."""
+    rules = [{"record": f"dashboard:target_{n}", "expr": expr.replace("$__rate_interval", "5m")
+              .replace("$cron_job", ".*")} for n, (_, expr) in enumerate(expressions())]
+    path = tmp_path / "dashboard_rules.yml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
+    done = run(promtool, "check", "rules", str(path))
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_dashboard_is_what_grafanas_provisioning_loads() -> None:
+    dashboard: dict[str, Any] = json.loads(DASHBOARD.read_text())
+    assert {"uid", "title", "panels", "schemaVersion", "templating", "time"} <= set(dashboard)
+    assert "id" not in dashboard or dashboard["id"] is None  # provisioning gives the id
+    assert re.fullmatch(r"[A-Za-z0-9_-]{1,40}", dashboard["uid"])
+    variables = {item["name"]: item for item in dashboard["templating"]["list"]}
+    assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
+    assert variables["cron_job"]["includeAll"] and variables["cron_job"]["multi"]
+    ids = [panel["id"] for panel in dashboard["panels"]]
+    assert len(ids) == len(set(ids)), "panel ids must be unique"
+    for panel in dashboard["panels"]:
+        grid = panel["gridPos"]
+        assert grid["x"] >= 0 and grid["w"] > 0 and grid["x"] + grid["w"] <= 24, panel["title"]
+        if panel["type"] == "row":
+            continue
+        assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, panel["title"]
+        refs = [target["refId"] for target in panel["targets"]]
+        assert refs and len(refs) == len(set(refs)), panel["title"]
+    provider = yaml.safe_load(PROVISIONING.read_text())
+    assert provider["apiVersion"] == 1 and provider["providers"][0]["type"] == "file"
+    assert provider["providers"][0]["options"]["path"]
