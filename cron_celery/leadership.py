@@ -20,9 +20,11 @@ from django.db import connection
 from cron_celery import models
 
 LEASE = models.Lease._meta.db_table
-#: The lease row that lets one reconciler pass run at a time across all workers; released when the
-#: pass ends, so its ``lease_until`` is when the last pass ended (``metrics`` reads it).
+#: The lease row that lets one reconciler pass run at a time across all workers.
 RECONCILER = "reconciler"
+#: A row (not a lease) whose ``lease_until`` is when the last reconciler pass that finished every
+#: step ended (``mark``): a pass that raised does not move it (``metrics`` reads it).
+RECONCILED = "reconciler-done"
 
 
 def hold(name: str, token: str, holder: str, seconds: float) -> bool:
@@ -50,6 +52,20 @@ def release(name: str, token: str) -> bool:
         cursor.execute(f"UPDATE {LEASE} SET lease_until = now() WHERE name = %s AND token = %s AND lease_until > now()",
                        [name, token])
         return bool(cursor.rowcount == 1)
+
+
+def mark(name: str, holder: str) -> None:
+    """Record that ``name`` happened now (the database's clock), by ``holder``: a row of the lease
+    table that nobody holds, only read for its time."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            INSERT INTO {LEASE} AS lease (name, holder, token, lease_until, since)
+            VALUES (%(name)s, %(holder)s, '', now(), now())
+            ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder, lease_until = EXCLUDED.lease_until
+            """,
+            {"name": name, "holder": holder[:200]},
+        )
 
 
 def holder(name: str) -> str | None:

@@ -48,13 +48,14 @@ class DatabaseCollector(Collector):
         overdue = GaugeMetricFamily("cron_overdue", "1 when the job's next slot is late beyond the health limit",
                                     labels=["cron_job"])
         failures = GaugeMetricFamily("cron_consecutive_failures", "Failures in a row", labels=["cron_job"])
+        paused = GaugeMetricFamily("cron_paused", "1 while the job is paused", labels=["cron_job"])
         durations = HistogramMetricFamily("cron_execution_duration_seconds", "Duration of finished executions",
                                           labels=["cron_job"])
         with connection.cursor() as cursor:
             cursor.execute(
                 f"""
                 SELECT id, name, fenced_count, extract(epoch FROM last_success_at), consecutive_failures,
-                       (NOT paused AND due_at < now() - make_interval(secs => %s))
+                       (NOT paused AND due_at < now() - make_interval(secs => %s)), paused
                 FROM {JOB} ORDER BY name
                 """,
                 [late],
@@ -74,22 +75,24 @@ class DatabaseCollector(Collector):
             opened = cursor.fetchall()
             cursor.execute(f'SELECT extract(epoch FROM now() - max(seen_at)) FROM {BEAT} WHERE "leading"')
             beat_age = cursor.fetchone()[0]
-            # Each status through its own partial index: the few undelivered rows, not the outbox.
+            # PENDING through its partial index (the few not delivered yet); FAILED through its own,
+            # with when each channel last gave one up (the status change sets updated_at).
             cursor.execute(
                 f"""
-                SELECT channel, 'PENDING', count(*), extract(epoch FROM now() - min(created_at))
-                FROM {ALERT} WHERE status = 'PENDING' GROUP BY channel
+                SELECT channel, 'PENDING', count(*), NULL FROM {ALERT} WHERE status = 'PENDING' GROUP BY channel
                 UNION ALL
-                SELECT channel, 'FAILED', count(*), NULL FROM {ALERT} WHERE status = 'FAILED' GROUP BY channel
+                SELECT channel, 'FAILED', count(*), extract(epoch FROM max(updated_at))
+                FROM {ALERT} WHERE status = 'FAILED' GROUP BY channel
                 """
             )
             undelivered = cursor.fetchall()
-            # The pass's lease ends when the pass does (``leadership.release``): its end is the last pass's.
-            cursor.execute(f"SELECT extract(epoch FROM greatest(now() - lease_until, interval '0')) "
-                           f"FROM {leadership.LEASE} WHERE name = %s", [leadership.RECONCILER])
+            # When the last reconciler pass that finished every step ended (``reconciler.run_pass``).
+            cursor.execute(f"SELECT extract(epoch FROM now() - lease_until) FROM {leadership.LEASE} WHERE name = %s",
+                           [leadership.RECONCILED])
             passed = cursor.fetchone()
         names = {job_id: name for job_id, name, *_ in jobs}
-        for _job_id, name, fenced_count, success_at, in_a_row, late_now in jobs:
+        for _job_id, name, fenced_count, success_at, in_a_row, late_now, is_paused in jobs:
+            paused.add_metric([name], 1.0 if is_paused else 0.0)
             fenced.add_metric([name], fenced_count)
             if success_at is not None:
                 last_success.add_metric([name], float(success_at))
@@ -116,27 +119,31 @@ class DatabaseCollector(Collector):
                 running += count
                 cumulative.append((bound, running))
             durations.add_metric([name], cumulative, seconds)
-        yield from (executions, open_now, lost, fenced, last_success, overdue, failures, durations)
+        yield from (executions, open_now, lost, fenced, last_success, overdue, failures, paused, durations)
         beat = GaugeMetricFamily("cron_beat_heartbeat_age_seconds", "Seconds since the leading beat was seen")
         if beat_age is not None:
             beat.add_metric([], float(beat_age))
         yield beat
         alerts = GaugeMetricFamily("cron_alerts_undelivered",
-                                   "Alerts not delivered: PENDING (still being tried) or FAILED (given up)",
-                                   labels=["channel", "status"])
-        oldest = GaugeMetricFamily("cron_alerts_pending_oldest_age_seconds",
-                                   "Age of the oldest alert still PENDING", labels=["channel"])
-        for channel, status, count, age in sorted(undelivered):
+                                   "Alerts not delivered: PENDING (being tried now) or FAILED (given up, "
+                                   "kept for ALERT_RETENTION_DAYS)", labels=["channel", "status"])
+        gave_up = GaugeMetricFamily("cron_alerts_last_failed_timestamp_seconds",
+                                    "When an alert on the channel was last given up", labels=["channel"])
+        for channel, status, count, last in sorted(undelivered):
             alerts.add_metric([channel, status], count)
-            if age is not None:
-                oldest.add_metric([channel], float(age))
+            if last is not None:
+                gave_up.add_metric([channel], float(last))
         yield alerts
-        yield oldest
+        yield gave_up
         last_pass = GaugeMetricFamily("cron_reconciler_last_pass_age_seconds",
-                                      "Seconds since the reconciler's last pass ended (0 while one runs)")
+                                      "Seconds since the last reconciler pass that finished every step ended")
         if passed is not None:
-            last_pass.add_metric([], float(passed[0]))
+            last_pass.add_metric([], max(0.0, float(passed[0])))
         yield last_pass
+        interval = GaugeMetricFamily("cron_reconciler_interval_seconds",
+                                     "RECONCILE['INTERVAL']: how often each worker runs a pass (0: its timer is off)")
+        interval.add_metric([], float(conf.settings.RECONCILE["INTERVAL"]))
+        yield interval
 
 
 def render() -> tuple[bytes, str]:

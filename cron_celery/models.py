@@ -349,8 +349,9 @@ class Alert(models.Model):
         indexes = [
             models.Index(fields=["updated_at"], name="cron_alert_pending",
                          condition=models.Q(status="PENDING")),
-            # The alerts given up on, by channel: what ``/cron/metrics/`` counts at every scrape.
-            models.Index(fields=["channel"], name="cron_alert_failed", condition=models.Q(status="FAILED")),
+            # The alerts given up on, by channel, and when: what ``/cron/metrics/`` reads at every scrape.
+            models.Index(fields=["channel", "updated_at"], name="cron_alert_failed",
+                         condition=models.Q(status="FAILED")),
         ]
 
     def __str__(self) -> str:

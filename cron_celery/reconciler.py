@@ -142,6 +142,7 @@ def run_pass(now: dt.datetime | None = None) -> Report:
         if (report.lost or report.resent or report.missed or report.abandoned or report.alerts or report.tidied
                 or report.downstream or report.late or report.long_running):
             logger.warning("cron_celery reconciler: %s", report)
+        leadership.mark(leadership.RECONCILED, f"{socket.gethostname()}:{os.getpid()}")
         return report
     finally:
         leadership.release(PASS_LEASE, token)

@@ -137,7 +137,7 @@ def test_health_and_metrics_count_lateness_from_the_slot_plus_its_offset():
 
     def overdue_metric() -> str:
         text = metrics.render()[0].decode()
-        return next(line for line in text.splitlines() if line.startswith(f'cron_overdue{{job="{job.name}"}}'))
+        return next(line for line in text.splitlines() if line.startswith(f'cron_overdue{{cron_job="{job.name}"}}'))
 
     slot_ago(150)  # 150 s after the slot, 62 s after it was due: within OVERDUE_SECONDS (120)
     report = health.check()
