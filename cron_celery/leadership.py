@@ -20,8 +20,6 @@ from django.db import connection
 from cron_celery import models
 
 LEASE = models.Lease._meta.db_table
-#: The lease row that lets one reconciler pass run at a time across all workers.
-RECONCILER = "reconciler"
 #: A row (not a lease) whose ``lease_until`` is when the last reconciler pass that finished every
 #: step ended (``mark``): a pass that raised does not move it (``metrics`` reads it).
 RECONCILED = "reconciler-done"

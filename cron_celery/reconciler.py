@@ -86,7 +86,7 @@ from cron_celery import (
 logger = logging.getLogger(__name__)
 S = enums.Status
 #: The name of the lease row that lets one pass run at a time across all workers.
-PASS_LEASE = leadership.RECONCILER
+PASS_LEASE = "reconciler"
 #: The lease row that lets one pass an hour tidy old heartbeat and alert rows.
 TIDY_LEASE, TIDY_SECONDS = "reconciler-tidy", 3600.0
 
@@ -128,7 +128,8 @@ def run_pass(now: dt.datetime | None = None) -> Report:
     replaces the database's clock in step 3."""
     options = conf.settings.RECONCILE
     token = uuid.uuid4().hex
-    if not leadership.hold(PASS_LEASE, token, f"{socket.gethostname()}:{os.getpid()}", pass_lease_seconds(options)):
+    me = f"{socket.gethostname()}:{os.getpid()}"
+    if not leadership.hold(PASS_LEASE, token, me, pass_lease_seconds(options)):
         return Report(ran=False)
     try:
         report = Report()
@@ -142,7 +143,7 @@ def run_pass(now: dt.datetime | None = None) -> Report:
         if (report.lost or report.resent or report.missed or report.abandoned or report.alerts or report.tidied
                 or report.downstream or report.late or report.long_running):
             logger.warning("cron_celery reconciler: %s", report)
-        leadership.mark(leadership.RECONCILED, f"{socket.gethostname()}:{os.getpid()}")
+        leadership.mark(leadership.RECONCILED, me)
         return report
     finally:
         leadership.release(PASS_LEASE, token)
