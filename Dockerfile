@@ -10,9 +10,9 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 RUN useradd --create-home --uid 10001 --shell /usr/sbin/nologin app
 
 WORKDIR /app
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.pypi.md LICENSE ./
 COPY cron_celery ./cron_celery
-RUN pip install ".[metrics]" "gunicorn>=22,<24"
+RUN pip install ".[prometheus,sentry]" "gunicorn>=22,<24"
 
 COPY example ./example
 WORKDIR /app/example

@@ -1,6 +1,7 @@
 """Sentry Crons check-ins owned by cron_celery: a listener of the run's start and end.
 
-Nothing here does anything unless ``sentry_sdk.init()`` ran in the process. Check-ins are
+Nothing here does anything unless sentry-sdk is installed (the ``[sentry]`` extra) and
+``sentry_sdk.init()`` ran in the process. Check-ins are
 sent for scheduled jobs when ``"sentry"`` is one of the job's failure channels (and
 ``NOTIFICATIONS["sentry"]["crons"]`` is not False): ``in_progress`` at the first claim of
 an execution (its id is kept on the row), then ``ok`` or ``error`` once, at the final
@@ -17,10 +18,13 @@ import logging
 import math
 from typing import Any
 
-from sentry_sdk.crons import capture_checkin
-
 from cron_celery import alerts, claims, enums, events, registry, retries, schedule_sync, schedules
 from cron_celery.notifiers.sentry import OPTION_RULES, SentryChannel, active, options
+
+try:
+    from sentry_sdk.crons import capture_checkin
+except ImportError:  # the [sentry] extra is not installed: active() is False, nothing is sent
+    capture_checkin = None  # type: ignore[assignment]
 
 __all__ = ["CRONS", "OPTION_RULES", "SentryChannel", "active", "checkin_finished", "checkin_started",
            "crons_enabled", "in_effect", "monitor_config", "options"]

@@ -202,11 +202,11 @@ def health_view(request: HttpRequest) -> HttpResponse:
 @require_GET
 @protected(tokens.READ, VIEW_PERMISSION)
 def metrics_view(request: HttpRequest) -> HttpResponse:
-    """Prometheus text format (needs the ``metrics`` extra: prometheus-client)."""
+    """Prometheus text format (needs the ``prometheus`` extra: prometheus-client)."""
     try:
         from cron_celery import metrics
     except ImportError:
-        return HttpResponse("prometheus-client is not installed: pip install 'cron_celery[metrics]'\n",
+        return HttpResponse("prometheus-client is not installed: pip install 'cron_celery[prometheus]'\n",
                             status=501, content_type="text/plain")
     body, content_type = metrics.render()
     return HttpResponse(body, content_type=content_type)

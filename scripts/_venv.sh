@@ -38,7 +38,7 @@ _make_venv_locked() {
     env $python -m venv "$dir"
     local log="$dir/.install.log"
     if ! { "$dir/bin/python" -m pip install --upgrade pip \
-           && "$dir/bin/python" -m pip install -e ".[dev,metrics]" "$django"; } >"$log" 2>&1; then
+           && "$dir/bin/python" -m pip install -e ".[dev,prometheus,sentry]" "$django"; } >"$log" 2>&1; then
         tail -n 40 "$log" >&2
         echo "!! installing into $dir failed (full log: $log)" >&2
         return 1

@@ -23,6 +23,7 @@ from django.db import InterfaceError, OperationalError, connection
 
 from cron_celery import jobs as job_rows
 from cron_celery import registry
+from tests import packaging
 
 ROOT = Path(__file__).resolve().parent.parent
 _counter = itertools.count(1)
@@ -180,6 +181,12 @@ def debian_tool(path: str, package: str, needed_for: str) -> str:
             assert Path(path).exists(), \
                 f"could not install {package}:\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}"
     return path
+
+
+@pytest.fixture(scope="session")
+def dist(tmp_path_factory: pytest.TempPathFactory) -> packaging.Dist:
+    """The sdist and the wheel of this checkout, built once per test line (see tests/packaging.py)."""
+    return packaging.build(tmp_path_factory.mktemp("release"))
 
 
 def db_now() -> dt.datetime:

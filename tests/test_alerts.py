@@ -822,6 +822,27 @@ def test_check_notifications_refuses_bad_sentry_options_as_e011():
         assert checks.check_notifications(None) == []
 
 
+def test_without_sentry_sdk_installed_the_sentry_channel_is_e011_and_a_delivery_says_what_to_install(
+        sentry_server, monkeypatch):
+    """sentry-sdk is the [sentry] extra. Its absence is simulated here by the name the module
+    imported it under; the wheel without the extra is followed for real in test_quickstart."""
+    from cron_celery.notifiers import sentry as notifiers_sentry
+
+    job, job_id = make_job()
+    with notifying({"on_failure": ["sentry"]}):
+        execute(job, 0, reporting())  # sentry-sdk is here and initialised: the alert is written
+        (alert_id,) = Alert.objects.filter(job_id=job_id).values_list("id", flat=True)
+        monkeypatch.setattr(notifiers_sentry, "sentry_sdk", None)
+        assert not notifiers_sentry.installed() and not notifiers_sentry.active()
+        assert not sentry.crons_enabled(job)  # no check-in is attempted
+        found = checks.check_notifications(None)
+        assert [(message.id, message.msg) for message in found] == [
+            ("cron_celery.E011", "Channel 'sentry': sentry-sdk is not installed (pip install 'cron_celery[sentry]').")]
+        with pytest.raises(exceptions.DeliveryFailed, match=r"not installed in this worker \(pip install"):
+            alerts.deliver(alert_id)
+    assert Alert.objects.get(id=alert_id).status == AlertStatus.PENDING  # kept, to be tried again
+
+
 def test_a_custom_channel_by_dotted_path_or_short_name_is_used_by_deliver():
     MyChannel.sent.clear()
     job, job_id = make_job(notify={"on_failure": ["tests.test_alerts.MyChannel", "pager"]})

@@ -186,3 +186,18 @@ def test_the_dashboard_is_what_grafanas_provisioning_loads() -> None:
     provider = yaml.safe_load(PROVISIONING.read_text())
     assert provider["apiVersion"] == 1 and provider["providers"][0]["type"] == "file"
     assert provider["providers"][0]["options"]["path"]
+
+
+@pytest.mark.django_db
+def test_the_job_tables_columns_keep_their_names_for_a_job_that_never_ran(client: Client) -> None:
+    """Grafana calls a table query's value column ``Value #<refId>`` only when more than one of
+    the panel's queries answers; a lone answer is ``Value``, which the panel's renames would
+    miss. The table reads at least two gauges served for every job, even one that never ran."""
+    job, _ = make_job()
+    never_ran = {sample.name for family in text_string_to_metric_families(scraped(client))
+                 for sample in family.samples if sample.labels.get("cron_job") == job.name}
+    table = next(panel for panel in json.loads(DASHBOARD.read_text())["panels"] if panel["type"] == "table")
+    answering = [target["refId"] for target in table["targets"] if metric_names(target["expr"]) <= never_ran]
+    assert len(answering) >= 2, (answering, sorted(never_ran))
+    renames = next(step["options"]["renameByName"] for step in table["transformations"] if step["id"] == "organize")
+    assert {f"Value #{target['refId']}" for target in table["targets"]} <= set(renames)

@@ -9,11 +9,19 @@ at the end``); the ``history`` block is fed to ``manage.py shell``; a ``text`` b
 output the ``sh`` block before it printed, digits aside. A line the test does not know how
 to follow fails it: a new step on the page needs a rule here.
 
-Where it differs from a newcomer's run, and why: cron_celery is already installed in this
-virtual environment from the checkout (its ``pip install`` line is checked, not run); the
-database and role are named for this test line and the broker queue too (both Django lines
-share one PostgreSQL and Redis), by a line appended after the page's settings;
-``createsuperuser`` gets its answers and ``runserver`` a free port.
+The page runs from the artefact a user downloads: its ``python3 -m venv .venv`` makes a new
+virtual environment, and its ``pip install`` line installs the wheel built from this checkout
+(``tests/packaging.py``) with only the dependencies the wheel declares, from the package
+index: no extras, nothing from the test's own environment. The Django 5.2 line does it on
+Python 3.11, the Django 6.0 line on Python 3.13 (pip picks the Django line). After the page,
+the same project is checked as a release must be: ``check --deploy`` says nothing of
+cron_celery, the metrics endpoint says which extra it needs, and naming the ``sentry``
+channel without sentry-sdk is a check error.
+
+Where it differs from a newcomer's run, and why: the database and role are named for this
+test line and the broker queue too (both Django lines share one PostgreSQL and Redis), by a
+line appended after the page's settings; ``createsuperuser`` gets its answers and
+``runserver`` a free port.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import signal
 import subprocess
 import sys
 import tomllib
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -43,7 +52,8 @@ from django.core.management import get_commands
 from django.test import override_settings
 from django.utils.module_loading import import_string
 
-from cron_celery import conf
+from cron_celery import __version__, conf
+from tests import packaging
 from tests.conftest import ROOT, wait_for
 from tests.redis_servers import free_port
 
@@ -175,11 +185,14 @@ def _drop_database() -> None:
 class Follower:
     """Follows the page's blocks in a new directory, as a person at a terminal would."""
 
-    def __init__(self, home: Path) -> None:
+    def __init__(self, home: Path, wheel: Path) -> None:
         self.cwd = home
+        self.wheel = wheel
         self.env = {key: value for key, value in os.environ.items()
-                    if not key.startswith(("CRON_", "DJANGO_", "CELERY_", "PYTHONPATH"))}
-        self.env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{self.env['PATH']}"
+                    if not key.startswith(("CRON_", "DJANGO_", "CELERY_", "PYTHON", "VIRTUAL_ENV"))}
+        # Nothing of the test's own virtual environment: the page makes and activates its own.
+        self.env["PATH"] = os.pathsep.join(entry for entry in self.env["PATH"].split(os.pathsep)
+                                           if Path(entry) != Path(sys.executable).parent)
         self.env["DJANGO_SUPERUSER_PASSWORD"] = ADMIN_PASSWORD
         self.port = free_port()
         self.running: dict[str, subprocess.Popen[str]] = {}
@@ -252,11 +265,16 @@ class Follower:
 
     def line(self, line: str) -> str:
         words = shlex.split(line)
-        if line in ("python3 -m venv .venv", ". .venv/bin/activate"):
-            return ""  # this test runs in a virtual environment already
-        if words[:2] == ["pip", "install"]:
-            assert words[2:] == ["/path/to/cron_celery"], line  # installed from the checkout, as here
+        if line == "python3 -m venv .venv":
+            return self.run(shlex.join([*packaging.user_python(), "-m", "venv", ".venv"]))
+        if line == ". .venv/bin/activate":
+            venv = self.cwd / ".venv"
+            self.env["VIRTUAL_ENV"] = str(venv)
+            self.env["PATH"] = f"{venv / 'bin'}{os.pathsep}{self.env['PATH']}"
             return ""
+        if words[:2] == ["pip", "install"]:
+            assert words[2:] == ["/path/to/cron_celery"], line  # the checkout, or "a wheel built from it"
+            return self.run(shlex.join(["pip", "install", "--disable-pip-version-check", str(self.wheel)]))
         if words[0] == "cd":
             self.cwd = self.cwd / words[1]
             return ""
@@ -330,9 +348,9 @@ class Follower:
 
 
 @pytest.fixture
-def follower(tmp_path: Path) -> Iterator[Follower]:
+def follower(tmp_path: Path, dist: packaging.Dist) -> Iterator[Follower]:
     _drop_database()
-    follower = Follower(tmp_path)
+    follower = Follower(tmp_path, dist.wheel)
     try:
         yield follower
     finally:
@@ -364,7 +382,7 @@ def test_the_page_followed_top_to_bottom_in_a_new_project_runs_its_jobs(follower
     assert ("close-day", "MANUAL", "SUCCEEDED", "2026-11-29") in rows
     assert [row[2] for row in rows if row[0] == "close-day" and row[3] != "2026-11-29"] == ["FAILED"]
     assert {row[2] for row in rows if row[0] == "heartbeat"} == {"SUCCEEDED"}
-    assert "cron_celery.beat" in follower.log("beat") and "dispatch" in follower.log("beat").lower()
+    assert "cron_celery beat: dispatched 1 slot(s)" in follower.log("beat")  # its logger, not the banner
     assert "heartbeat" in follower.log("worker")
 
     # The endpoints, asked with the page's token.
@@ -385,3 +403,28 @@ def test_the_page_followed_top_to_bottom_in_a_new_project_runs_its_jobs(follower
     assert printed["calc-commission"] == f"4 executions, {ran} succeeded", follower.last_output
     assert printed["close-day"] == "2 executions, 1 succeeded"
     assert re.search(r"^1 failed in the last 7 days$", follower.last_output, flags=re.M), follower.last_output
+
+    # The release itself: this project runs on the wheel and only what it declares.
+    installed = {package["name"].lower().replace("_", "-"): package["version"]
+                 for package in json.loads(follower.run("pip list --format json --disable-pip-version-check"))}
+    assert installed["cron-celery"] == __version__
+    assert "sentry-sdk" not in installed and "prometheus-client" not in installed, sorted(installed)
+    runtime = follower.run("python -c 'import cron_celery, django, sys; print(cron_celery.__file__, "
+                           "django.get_version(), *sys.version_info[:2])'").split()
+    assert "/.venv/lib/" in runtime[0], runtime  # not the checkout
+    assert runtime[1].startswith("5.2." if sys.version_info[:2] == (3, 11) else "6.0."), runtime
+    deploy = follower.run("python manage.py check --deploy")
+    assert "cron_celery." not in deploy, deploy  # Django's own deployment warnings are the project's
+    request = urllib.request.Request(f"http://127.0.0.1:{follower.port}/cron/metrics/",
+                                     headers={"Authorization": f"Bearer {follower.env['CRON_TOKEN']}"})
+    with pytest.raises(urllib.error.HTTPError) as answer:
+        urllib.request.urlopen(request, timeout=10)
+    assert answer.value.code == 501
+    assert answer.value.read().decode() == "prometheus-client is not installed: pip install 'cron_celery[prometheus]'\n"
+    (follower.cwd / "proj" / "settings_sentry.py").write_text(
+        'from proj.settings import *  # noqa: F403\n\n'
+        'CRON_CELERY = {**CRON_CELERY, "NOTIFICATIONS": {"on_failure": ["sentry"]}}  # noqa: F405\n',
+        encoding="utf-8")
+    refused = follower.run("python manage.py check --settings proj.settings_sentry", check=False)
+    assert ("cron_celery.E011) Channel 'sentry': sentry-sdk is not installed "
+            "(pip install 'cron_celery[sentry]')." in refused), refused

@@ -2,20 +2,35 @@
 
 Nothing is sent unless ``sentry_sdk.init()`` ran in the process (``active``). Crons check-ins
 are not alerts: they live in ``cron_celery.sentry``, a listener of the run's start and end.
+sentry-sdk is the ``[sentry]`` extra: without it nothing is ever active, and a channel list
+that names ``sentry`` is a configuration error (``problems``, system check E011).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import sentry_sdk
-
 from cron_celery import conf, exceptions
 from cron_celery.notifiers.base import Channel, Message
+
+try:
+    import sentry_sdk
+except ImportError:  # the [sentry] extra is not installed
+    sentry_sdk = None  # type: ignore[assignment]
+
+#: What to run when sentry-sdk is missing.
+INSTALL = "pip install 'cron_celery[sentry]'"
+
+
+def installed() -> bool:
+    """Whether sentry-sdk can be imported here (the ``[sentry]`` extra)."""
+    return sentry_sdk is not None
 
 
 def active() -> bool:
     """Whether ``sentry_sdk.init()`` ran here with a DSN (events would go somewhere)."""
+    if sentry_sdk is None:
+        return False
     client = sentry_sdk.get_client()
     return bool(client.is_active() and getattr(client, "dsn", None) and getattr(client, "transport", None))
 
@@ -42,6 +57,8 @@ class SentryChannel(Channel):
     """Error events: one per final failure, tagged and grouped per job and error code."""
 
     def problems(self) -> list[str]:
+        if not installed():
+            return [f"sentry-sdk is not installed ({INSTALL})"]
         found = [f"unknown option {key!r} (known: {', '.join(OPTION_RULES)})"
                  for key in sorted(self.options) if key not in OPTION_RULES]
         found += [f"option {key!r} must be {rule}, not {self.options[key]!r}"
@@ -49,6 +66,8 @@ class SentryChannel(Channel):
         return found + super().problems()
 
     def send(self, message: Message, timeout: float) -> None:
+        if not installed():
+            raise exceptions.DeliveryFailed(f"sentry-sdk is not installed in this worker ({INSTALL}).")
         if not active():
             raise exceptions.DeliveryFailed("sentry-sdk is not initialised in this worker (call sentry_sdk.init).")
         first_line = (message.error.strip().splitlines() or [message.status])[0][:200]
