@@ -31,6 +31,8 @@ ALERT = models.Alert._meta.db_table
 BUCKETS = (0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
 #: Statuses an execution leaves again: shown as a gauge, not counted.
 OPEN = (enums.Status.PENDING, enums.Status.RUNNING, enums.Status.RETRYING)
+#: The final statuses ``cron_executions_total`` serves for every job, at 0 until one happens.
+ZERO_STATUSES = (enums.Status.SUCCEEDED, enums.Status.FAILED, enums.Status.TIMED_OUT, enums.Status.LOST)
 
 
 class DatabaseCollector(Collector):
@@ -107,6 +109,11 @@ class DatabaseCollector(Collector):
                 counts_by_bucket, total = per_job.setdefault(name, ([0] * (len(BUCKETS) + 1), 0.0))
                 counts_by_bucket[bucket] += count  # the first bucket whose bound is >= the duration
                 per_job[name] = (counts_by_bucket, total + float(seconds))
+        # Success and each failure start at 0 for every job: a series that appears at 1 is no
+        # increase to rate() or increase(), so a job's first failure would not show.
+        for name in names.values():
+            for status in ZERO_STATUSES:
+                by_status.setdefault((name, status), 0)
         for (name, status), count in sorted(by_status.items()):
             executions.add_metric([name, status], count)
         for name in sorted(names.values()):

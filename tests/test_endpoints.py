@@ -409,9 +409,12 @@ def test_metrics_counts_durations_and_gauges_match_the_rows(client):
     assert content_type.startswith("text/plain")
     b, i = (("cron_job", busy.name),), (("cron_job", idle.name),)
     executions = {labels: value for (name, labels), value in samples.items() if name == "cron_executions_total"}
+    # Success and each failure start at 0 for every job, so that a job's first failure is an
+    # increase (a series that appears at 1 has none, and the dashboard's failures would miss it).
     assert executions == {
         (("cron_job", busy.name), ("status", "SUCCEEDED")): 5, (("cron_job", busy.name), ("status", "FAILED")): 1,
-        (("cron_job", busy.name), ("status", "LOST")): 2,
+        (("cron_job", busy.name), ("status", "LOST")): 2, (("cron_job", busy.name), ("status", "TIMED_OUT")): 0,
+        **{(("cron_job", idle.name), ("status", status)): 0 for status in ("SUCCEEDED", "FAILED", "TIMED_OUT", "LOST")},
     }
     assert samples["cron_executions_open", (("cron_job", idle.name), ("status", "PENDING"))] == 1
     assert (samples["cron_lost_total", b], samples["cron_lost_total", i]) == (2, 0)
@@ -656,7 +659,7 @@ def test_metrics_counters_are_the_history_as_it_was_written_and_survive_a_purge(
     samples, _, _ = scrape(client)
     counted = {dict(labels)["status"]: value for (name, labels), value in samples.items()
                if name == "cron_executions_total" and dict(labels)["cron_job"] == job.name}
-    assert counted == truth
+    assert counted == {"TIMED_OUT": 0, "LOST": 0, **truth}  # served at 0 until one happens
     assert samples["cron_executions_open", (("cron_job", job.name), ("status", "PENDING"))] == 1
     assert samples["cron_execution_duration_seconds_count", (("cron_job", job.name),)] == 2  # the two that ran
     purged = retention.purge(SLOT + dt.timedelta(days=30), ("SUCCEEDED", "FAILED", "SKIPPED", "MISSED"))
