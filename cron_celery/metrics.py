@@ -1,6 +1,6 @@
 """Prometheus metrics, read from the database at each scrape (any web process can serve
 them; nothing is kept in the workers' memory). Needs ``prometheus-client`` (the
-``metrics`` extra).
+``prometheus`` extra).
 
 A scrape costs the same at a thousand executions or ten million: the counters and the
 duration histogram come from ``Tally`` (one row per job, final status and duration bucket,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -48,18 +49,26 @@ def build(workdir: Path) -> Dist:
     return Dist(wheel=wheels[0], sdist=sdists[0], log=done.stdout)
 
 
-def user_python() -> list[str]:
-    """The interpreter a newcomer's ``python3 -m venv`` would be, for this test line.
+#: The Python a newcomer's ``python3 -m venv`` is, for each Django line the suite runs on. The
+#: Django 5.2 line (the suite on Python 3.11) installs the wheel on 3.11; the Django 6.0 line (the
+#: suite on Python 3.12) installs it on 3.13, so every Python the classifiers name is either
+#: installed from the wheel or tested in full. pip picks the Django line itself: 6.0 needs 3.12+.
+USER_PYTHON = {(5, 2): "3.11", (6, 0): "3.13"}
 
-    The Django 5.2 line (Python 3.11) takes its own base interpreter; the Django 6.0 line
-    (Python 3.12, which the whole suite runs on) takes Python 3.13, so that every Python the
-    classifiers name is installed from the wheel or tested in full. pip picks the Django line
-    by itself: Django 6.0 needs Python 3.12 or later.
-    """
-    if sys.version_info[:2] == (3, 11):
-        return [getattr(sys, "_base_executable", sys.executable)]
-    versions = subprocess.run(["pyenv", "versions", "--bare"], capture_output=True, text=True,
-                              check=False).stdout.split()
-    found = sorted((v for v in versions if v.startswith("3.13.")), key=lambda v: [int(p) for p in v.split(".")])
-    assert found, f"Python 3.13 is not installed under pyenv (versions: {versions}); the wheel test needs it"
-    return ["env", f"PYENV_VERSION={found[-1]}", "python3.13"]
+
+def user_python(django_line: tuple[int, int]) -> list[str]:
+    """A command that runs the newcomer's Python for ``django_line``: ``pythonX.Y`` from the
+    PATH when it runs, else the newest ``X.Y.*`` that pyenv has installed."""
+    wanted = USER_PYTHON.get(django_line)
+    assert wanted, f"no user Python is named for Django {django_line} (USER_PYTHON: {USER_PYTHON})"
+    command = f"python{wanted}"
+    if shutil.which(command) and subprocess.run([command, "-c", "pass"], capture_output=True,
+                                                check=False).returncode == 0:
+        return [command]  # a pyenv shim exits non-zero unless its version is selected
+    listed = subprocess.run(["pyenv", "versions", "--bare"], capture_output=True, text=True,
+                            check=False).stdout if shutil.which("pyenv") else ""
+    found = sorted((version for version in re.findall(rf"^\s*({re.escape(wanted)}\.\d+)\s*$", listed, flags=re.M)),
+                   key=lambda version: [int(part) for part in version.split(".")])
+    assert found, f"Python {wanted} is neither on the PATH nor installed under pyenv ({listed.split()}); " \
+                  "the wheel test needs it"
+    return ["env", f"PYENV_VERSION={found[-1]}", command]

@@ -95,3 +95,16 @@ def test_the_job_table_has_the_dashboards_column_names_and_a_row_per_job(picture
     headers = re.findall(r"<th[^>]*>([^<]*)</th>", drawn)
     assert headers == [renames["cron_job"], *(renames[f"Value #{target['refId']}"] for target in table["targets"])]
     assert len(re.findall(r"<tr><td>", drawn)) == 2  # calc-commission and nightly-report, joined by job
+
+
+def test_a_table_with_one_answering_query_shows_grafanas_plain_value_column(picture: ModuleType):
+    """Grafana calls the value column "Value #<refId>" only when two or more queries answer; with
+    one, it is "Value", which the table's renames do not name. The picture draws what Grafana would."""
+    table = next(panel for panel in DASHBOARD["panels"] if panel["type"] == "table")
+    results = answers(set())
+    for target in results[str(table["id"])]["targets"][1:]:
+        target["result"] = []
+    drawn = panel_html(picture.page(DASHBOARD, results, picture.Run(start=START, end=END), 1600), table["title"])
+    renames = next(step["options"]["renameByName"] for step in table["transformations"] if step["id"] == "organize")
+    headers = re.findall(r"<th[^>]*>([^<]*)</th>", drawn)
+    assert headers == [renames["cron_job"], "Value"], headers

@@ -63,12 +63,14 @@ def test_the_wheel_holds_the_package_its_templates_migrations_and_py_typed_and_n
                                ("METADATA", "WHEEL", "RECORD", "top_level.txt", "licenses/LICENSE")}
 
 
-def test_the_sdist_holds_the_sources_docs_licence_and_changelog_but_not_the_tests(dist):
+def test_the_sdist_holds_the_sources_docs_monitoring_licence_and_changelog_but_not_the_tests(dist):
     with tarfile.open(dist.sdist) as sdist:
         names = {name.split("/", 1)[1] for name in sdist.getnames() if "/" in name}
     assert {"pyproject.toml", "LICENSE", "README.md", "README.pypi.md", "CHANGELOG.md", "mkdocs.yml",
             "docs/quickstart.md", "docs/reliability.md", "cron_celery/__init__.py", "cron_celery/py.typed"} <= names
     assert all(f"docs/{path.name}" in names for path in (ROOT / "docs").glob("*.md"))
+    shipped = packaging.shipped_files()
+    assert {name for name in shipped if name.startswith("deploy/")} <= names  # rules, dashboard
     assert not [name for name in names if name.startswith(("tests/", "bench/", "example/", "scripts/"))]
     assert not [name for name in names if name.endswith(".pyc") or "__pycache__" in name]
 

@@ -201,3 +201,69 @@ def test_the_job_tables_columns_keep_their_names_for_a_job_that_never_ran(client
     assert len(answering) >= 2, (answering, sorted(never_ran))
     renames = next(step["options"]["renameByName"] for step in table["transformations"] if step["id"] == "organize")
     assert {f"Value #{target['refId']}" for target in table["targets"]} <= set(renames)
+
+
+def panel_targets(title: str) -> dict[str, str]:
+    """refId -> expression of one dashboard panel, Grafana's variables given values."""
+    panel = next(panel for panel in json.loads(DASHBOARD.read_text())["panels"] if panel["title"] == title)
+    return {target["refId"]: target["expr"].replace("$__rate_interval", "5m").replace("$cron_job", ".*")
+            for target in panel["targets"]}
+
+
+def expression_test(promtool: str, tmp_path: Path, tests: list[dict[str, Any]]) -> None:
+    """``tests`` in promtool's unit-test format (input series, ``promql_expr_test``), run."""
+    path = tmp_path / "dashboard_test.yml"
+    path.write_text(yaml.safe_dump({"evaluation_interval": "1m", "tests": tests}, sort_keys=False))
+    done = run(promtool, "test", "rules", str(path))
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_alerts_stat_reads_zero_when_all_was_delivered_and_nothing_when_not_scraped(
+        promtool: str, tmp_path: Path) -> None:
+    """'Alerts not delivered' is 0 while cron_celery is scraped and nothing is undelivered, the
+    count when some is, and no value (not a reassuring 0) when the endpoint is not scraped."""
+    stat = panel_targets("Alerts not delivered")
+    scraped_alive = {"series": "cron_reconciler_interval_seconds", "values": "30x10"}
+    tests = [
+        {"interval": "1m", "input_series": [scraped_alive],
+         "promql_expr_test": [{"expr": stat[ref], "eval_time": "5m", "exp_samples": [{"labels": "{}", "value": 0}]}
+                              for ref in ("A", "B")]},
+        {"interval": "1m", "input_series": [
+            scraped_alive,
+            {"series": 'cron_alerts_undelivered{channel="slack",status="FAILED"}', "values": "2x10"},
+            {"series": 'cron_alerts_undelivered{channel="email",status="FAILED"}', "values": "1x10"},
+            {"series": 'cron_alerts_undelivered{channel="email",status="PENDING"}', "values": "4x10"}],
+         "promql_expr_test": [{"expr": stat["A"], "eval_time": "5m", "exp_samples": [{"labels": "{}", "value": 3}]},
+                              {"expr": stat["B"], "eval_time": "5m", "exp_samples": [{"labels": "{}", "value": 4}]}]},
+        {"interval": "1m", "input_series": [{"series": 'up{job="cron_celery"}', "values": "0x10"}],
+         "promql_expr_test": [{"expr": stat[ref], "eval_time": "5m", "exp_samples": []} for ref in ("A", "B")]},
+    ]
+    expression_test(promtool, tmp_path, tests)
+
+
+def test_a_jobs_first_failure_shows_on_the_failure_panels(promtool: str, tmp_path: Path) -> None:
+    """cron_executions_total is served at 0 for each status before its first count (metrics.py:
+    ZERO_STATUSES), so the first failure is an increase: the total line and the job's own line
+    rise while the other job, which only succeeded, draws no line of its own."""
+    failures = panel_targets("Failures, by job")
+    lost = panel_targets("Executions lost")
+    series = [
+        {"series": 'cron_executions_total{cron_job="nightly",status="FAILED"}', "values": "0 0 0 1 1 1 1"},
+        {"series": 'cron_executions_total{cron_job="nightly",status="SUCCEEDED"}', "values": "0 1 2 2 2 2 2"},
+        {"series": 'cron_executions_total{cron_job="hourly",status="FAILED"}', "values": "0x6"},
+        {"series": 'cron_executions_total{cron_job="hourly",status="SUCCEEDED"}', "values": "0 1 2 3 4 5 6"},
+        {"series": 'cron_lost_total{cron_job="nightly"}', "values": "0x6"},
+        {"series": 'cron_lost_total{cron_job="hourly"}', "values": "0 0 0 0 1 1 1"},
+    ]
+    risen = [{"labels": "{}", "value": 1}]
+    tests = [{"interval": "1m", "input_series": series, "promql_expr_test": [
+        {"expr": f"({failures['A']}) > bool 0", "eval_time": "2m", "exp_samples": [{"labels": "{}", "value": 0}]},
+        {"expr": f"({failures['A']}) > bool 0", "eval_time": "5m", "exp_samples": risen},
+        {"expr": f"({failures['B']}) > bool 0", "eval_time": "2m", "exp_samples": []},
+        {"expr": f"({failures['B']}) > bool 0", "eval_time": "5m",
+         "exp_samples": [{"labels": '{cron_job="nightly"}', "value": 1}]},
+        {"expr": f"({lost['A']}) > bool 0", "eval_time": "6m", "exp_samples": risen},
+        {"expr": f"({lost['B']}) > bool 0", "eval_time": "6m",
+         "exp_samples": [{"labels": '{cron_job="hourly"}', "value": 1}]},
+    ]}]
+    expression_test(promtool, tmp_path, tests)

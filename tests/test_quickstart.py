@@ -18,7 +18,8 @@ the same project is checked as a release must be: ``check --deploy`` says nothin
 cron_celery, the metrics endpoint says which extra it needs, and naming the ``sentry``
 channel without sentry-sdk is a check error.
 
-Where it differs from a newcomer's run, and why: the database and role are named for this
+Where it differs from a newcomer's run, and why: ``python3`` is the line's Python
+(``packaging.USER_PYTHON``) and ``pip install`` takes the wheel, as said; the database and role are named for this
 test line and the broker queue too (both Django lines share one PostgreSQL and Redis), by a
 line appended after the page's settings; ``createsuperuser`` gets its answers and
 ``runserver`` a free port.
@@ -43,6 +44,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import django
 import psycopg
 import pytest
 from celery.beat import Scheduler
@@ -266,7 +268,7 @@ class Follower:
     def line(self, line: str) -> str:
         words = shlex.split(line)
         if line == "python3 -m venv .venv":
-            return self.run(shlex.join([*packaging.user_python(), "-m", "venv", ".venv"]))
+            return self.run(shlex.join([*packaging.user_python(django.VERSION[:2]), "-m", "venv", ".venv"]))
         if line == ". .venv/bin/activate":
             venv = self.cwd / ".venv"
             self.env["VIRTUAL_ENV"] = str(venv)
@@ -412,7 +414,8 @@ def test_the_page_followed_top_to_bottom_in_a_new_project_runs_its_jobs(follower
     runtime = follower.run("python -c 'import cron_celery, django, sys; print(cron_celery.__file__, "
                            "django.get_version(), *sys.version_info[:2])'").split()
     assert "/.venv/lib/" in runtime[0], runtime  # not the checkout
-    assert runtime[1].startswith("5.2." if sys.version_info[:2] == (3, 11) else "6.0."), runtime
+    assert runtime[1].startswith("{}.{}.".format(*django.VERSION[:2])), runtime
+    assert runtime[2:] == packaging.USER_PYTHON[django.VERSION[:2]].split("."), runtime
     deploy = follower.run("python manage.py check --deploy")
     assert "cron_celery." not in deploy, deploy  # Django's own deployment warnings are the project's
     request = urllib.request.Request(f"http://127.0.0.1:{follower.port}/cron/metrics/",
