@@ -99,6 +99,31 @@ class SkipReason(Choices):
 
 
 class ExecutionPattern(Choices):
+    """A job's execution pattern: whether a new call for a slot runs, given the slot's other executions.
+
+    Declared with ``@cron_task(pattern=...)`` or ``@register_task(..., execution_pattern=...)``, as a
+    member or its value (``ExecutionPattern.RERUN_ON_FAILURE`` or ``"rerun_on_failure"``); a job that
+    declares none takes the ``DEFAULT_PATTERN`` setting (``"standard"``). A new call for a slot runs
+    unless:
+
+    - ``STANDARD`` (``"standard"``): the slot already ran, whatever the outcome (``SUCCEEDED``,
+      ``FAILED``, ``TIMED_OUT``, ``LOST``, ``REVOKED``, or ``RUNNING`` with an expired lease), or is
+      in flight (``PENDING``, ``RETRYING``, ``RUNNING``); it is then skipped with reason
+      ``ALREADY_RAN`` or ``ALREADY_RUNNING``. Each slot runs once.
+    - ``RERUN_ON_FAILURE`` (``"rerun_on_failure"``): the slot already succeeded, or is in flight.
+      A slot whose runs failed (``FAILED``, ``TIMED_OUT``, ``LOST``, ``REVOKED``) can be run again.
+    - ``ALWAYS`` (``"always"``): nothing stops it; there is no slot check, and every call runs.
+    - ``RATE_LIMITED`` (``"rate_limited"``): another execution of the job, of any slot, is running
+      (skip reason ``OVERLAP``, or ``LOCK_UNAVAILABLE`` when another server holds the job's lock).
+      There is no slot check, but never two runs at once, whatever the job's overlap policy; a
+      backfill, catch-up or admin run that meets the live run is skipped rather than made to wait
+      for it. ``max_concurrency`` cannot be declared with it.
+
+    ``SKIPPED`` and ``MISSED`` executions do not count as having run. ``--rerun`` turns the slot
+    check off for one call and ``--force`` also runs a paused job; a retry is not checked again. The
+    overlap policy (``overlap=``) applies on top of every pattern.
+    """
+
     STANDARD = "standard", "Standard"  # skip the slot if it already ran, whatever the outcome
     RERUN_ON_FAILURE = "rerun_on_failure", "Rerun on failure"  # skip only if it succeeded or runs
     ALWAYS = "always", "Always"  # no slot check: every call runs

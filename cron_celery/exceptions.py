@@ -1,17 +1,25 @@
-"""Errors raised by cron_celery. The docstring of each class is its message."""
+"""Errors raised by cron_celery. A class's message is its ``message_template`` if it sets one, else its
+docstring; the public ones (exported from ``cron_celery``) set one, so that their docstrings document them."""
 
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, ClassVar
 
 
 class CronCeleryError(Exception):
     """cron_celery failed; the message says what to do next."""
 
+    #: The message, its ``{fields}`` filled from the keyword arguments. Read from the class itself, not
+    #: inherited: a class that does not set it has its own docstring as its message.
+    message_template: ClassVar[str | None] = None
+
     def __init__(self, detail: str = "", **context: Any) -> None:
         self.context = context
-        message = " ".join((self.__doc__ or "").split()).format(**context)
+        template = vars(type(self)).get("message_template")
+        if template is None:
+            template = self.__doc__ or ""
+        message = " ".join(template.split()).format(**context)
         super().__init__(f"{message} {detail}".strip() if detail else message)
 
 
@@ -56,7 +64,16 @@ class OneOffRefused(CronCeleryError):
 
 
 class LockUnavailable(CronCeleryError):
-    """The lock {name!r} is held elsewhere; try again later (or pass blocking=True)."""
+    """Raised when entering ``cron_celery.lock(name)`` (the ``with`` block, or a call of a function it
+    decorates) while another process holds the lock.
+
+    A lock is non-blocking by default, so this means "someone else is doing this work right now":
+    catch it to skip the work or try again later, or pass ``blocking=True`` (with a ``timeout``) to
+    wait for the lock instead; with ``blocking=True`` it is raised only once ``timeout`` seconds have
+    passed (without a ``timeout``, entering waits as long as it takes). Its message names the lock.
+    """
+
+    message_template = "The lock {name!r} is held elsewhere; try again later (or pass blocking=True)."
 
 
 class LockDegraded(CronCeleryError):
@@ -64,14 +81,33 @@ class LockDegraded(CronCeleryError):
 
 
 class LockLost(CronCeleryError):
-    """The lock {name!r} was lost while held (its key was deleted or taken, or it expired while no quorum of
-    its Redis masters answered for longer than its ttl): another process may hold it now; stop."""
+    """Raised by ``held.check()`` of a ``cron_celery.lock`` once the lock was lost while held.
 
+    The lock is lost when Redis says it is no longer this holder's (its key was deleted, flushed or
+    taken), or when no renewal reached a quorum of the Redis masters for a whole ``ttl``, so that it
+    expired. Another process may hold it now: stop the work the lock protects, without writing
+    anything more that needs it, and start again later under a new lock. Leaving the ``with`` block
+    does not raise it: call ``check()`` between steps (or watch ``held.lost``). A job that lets it
+    escape is recorded as a failure with error code ``LOCK_LOST``.
+    """
+
+    message_template = (
+        "The lock {name!r} was lost while held (its key was deleted or taken, or it expired while no quorum of "
+        "its Redis masters answered for longer than its ttl): another process may hold it now; stop."
+    )
     error_code = "LOCK_LOST"
 
 
 class JobFailed(CronCeleryError):
-    """The job reported a failure."""
+    """Raise it from a job to report a failure, with a message and an error code of your own.
+
+    ``raise JobFailed("partner down", error_code="HTTP_503")`` is recorded ``FAILED`` with exactly that
+    message (no class name before it) and that error code (``JobFailed`` when none is given). Unlike
+    returning ``{"error": True, ...}``, which records the same failure while the Celery task returns
+    normally, the exception reaches Celery, so its tools (worker logs, Flower, Sentry's Celery
+    integration) see the failure too. Like a returned error, it is retried only if the job is declared
+    with ``retry_on_failure=True`` (and ``max_retries``).
+    """
 
     def __init__(self, message: str = "", *, error_code: str = "") -> None:
         self.error_code = error_code
@@ -79,8 +115,18 @@ class JobFailed(CronCeleryError):
 
 
 class LeaseLost(CronCeleryError):
-    """The run of job {job!r} lost its lease (another worker took it over); stop now."""
+    """Raised by ``run.check()`` in a job once the run has been told to stop because it no longer
+    owns its execution.
 
+    That happens when another claim took the run over (its lease had expired: the worker was frozen
+    or could not reach the database), when the worker could not renew the lease for a whole lease
+    period, or when the job's Redis lock was lost. Let it propagate: stop at once, writing nothing
+    more. If another run took over, or the reconciler already ended this one ``LOST``, its outcome
+    is not recorded; otherwise it is recorded as a failure with error code ``LEASE_LOST``, retried
+    by the job's retry policy.
+    """
+
+    message_template = "The run of job {job!r} lost its lease (another worker took it over); stop now."
     error_code = "LEASE_LOST"
 
 

@@ -19,7 +19,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
-from cron_celery import conf, enums, leadership, models
+from cron_celery import conf, enums, leadership, models, oneoffs
 
 JOB = models.CronJob._meta.db_table
 EXE = models.CronExecution._meta.db_table
@@ -47,7 +47,8 @@ class DatabaseCollector(Collector):
                                      labels=["cron_job"])
         last_success = GaugeMetricFamily("cron_last_success_timestamp_seconds", "When the job last succeeded",
                                          labels=["cron_job"])
-        overdue = GaugeMetricFamily("cron_overdue", "1 when the job's next slot is late beyond the health limit",
+        overdue = GaugeMetricFamily("cron_overdue", "1 when the job's next slot (unpaused) or a one-off run of it "
+                                    "is late beyond the health limit",
                                     labels=["cron_job"])
         failures = GaugeMetricFamily("cron_consecutive_failures", "Failures in a row", labels=["cron_job"])
         paused = GaugeMetricFamily("cron_paused", "1 while the job is paused", labels=["cron_job"])
@@ -57,12 +58,23 @@ class DatabaseCollector(Collector):
             cursor.execute(
                 f"""
                 SELECT id, name, fenced_count, extract(epoch FROM last_success_at), consecutive_failures,
-                       (NOT paused AND due_at < now() - make_interval(secs => %s)), paused
+                       (NOT paused AND due_at < now() - make_interval(secs => %s)), paused,
+                       (NOT paused AND next_run_at IS NOT NULL)
                 FROM {JOB} ORDER BY name
                 """,
                 [late],
             )
             jobs = cursor.fetchall()
+            # One-off runs not sent yet, through their partial index: late ones make the job overdue
+            # (as on /cron/health/), and any of them needs a beat to send it.
+            cursor.execute(
+                f"""
+                SELECT e.job_id, bool_or(e.due_at < now() - make_interval(secs => %s))
+                FROM {EXE} AS e WHERE {oneoffs.UNSENT} GROUP BY e.job_id
+                """,
+                [late],
+            )
+            waiting = dict(cursor.fetchall())
             cursor.execute(f"SELECT job_id, status, bucket, count, seconds FROM {TALLY}")
             tallies = cursor.fetchall()
             # Job by job through the (job, status) index: the few open executions, not the history.
@@ -93,12 +105,12 @@ class DatabaseCollector(Collector):
                            [leadership.RECONCILED])
             passed = cursor.fetchone()
         names = {job_id: name for job_id, name, *_ in jobs}
-        for _job_id, name, fenced_count, success_at, in_a_row, late_now, is_paused in jobs:
+        for job_id, name, fenced_count, success_at, in_a_row, late_now, is_paused, _scheduled in jobs:
             paused.add_metric([name], 1.0 if is_paused else 0.0)
             fenced.add_metric([name], fenced_count)
             if success_at is not None:
                 last_success.add_metric([name], float(success_at))
-            overdue.add_metric([name], 1.0 if late_now else 0.0)
+            overdue.add_metric([name], 1.0 if late_now or waiting.get(job_id) else 0.0)
             failures.add_metric([name], in_a_row)
         by_status: dict[tuple[str, str], int] = {}
         per_job: dict[str, tuple[list[int], float]] = {}
@@ -131,6 +143,10 @@ class DatabaseCollector(Collector):
         if beat_age is not None:
             beat.add_metric([], float(beat_age))
         yield beat
+        needed = GaugeMetricFamily("cron_beat_needed", "1 while an unpaused job has a next slot or a one-off run "
+                                   "waits to be sent: a beat must lead")
+        needed.add_metric([], 1.0 if waiting or any(row[-1] for row in jobs) else 0.0)
+        yield needed
         alerts = GaugeMetricFamily("cron_alerts_undelivered",
                                    "Alerts not delivered: PENDING (being tried now) or FAILED (given up, "
                                    "kept for ALERT_RETENTION_DAYS)", labels=["channel", "status"])

@@ -87,6 +87,9 @@ _FIELDS = (  # name, Celery parser bounds (max_, min_)
     ("day_of_week", 7, 0),
 )
 _DAY_NAMES = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
+#: A day's full English name, as ``weekly`` also takes it.
+_FULL_DAY_NAMES = {full: full[:3] for full in
+                   ("sunday", "monday", "tuesday", "wednesday", "thursday", "friday", "saturday")}
 _SEARCH_DAYS = 366 * 8 + 2  # a cron that matches at all matches within 8 years (Feb 29)
 
 
@@ -302,10 +305,36 @@ class TwelveHourClock:
 
 
 def at(hour: int, minute: int = 0) -> TwelveHourClock:
+    """A time on the twelve-hour clock, to finish with ``.am()`` or ``.pm()``.
+
+    ``at(3)`` is not a time of day yet: ``.am()`` or ``.pm()`` turns it into the ``Time`` that
+    ``daily``, ``weekly`` and ``monthly`` take (``at(12).am()`` is midnight, ``at(12).pm()`` noon).
+    Passing ``at(3)`` itself to a builder raises ``TypeError``. For the 24-hour clock use ``at24``.
+
+    ```python
+    daily(at(6, 30).am())  # every day at 06:30
+    ```
+
+    :param hour: The hour, 1 to 12.
+    :param minute: The minute, 0 to 59.
+    :returns: A twelve-hour time whose ``.am()`` and ``.pm()`` return a ``Time``.
+    :raises ValueError: ``hour`` is not 1-12 or ``minute`` not 0-59.
+    """
     return TwelveHourClock(hour, minute)
 
 
 def at24(hour: int, minute: int = 0) -> Time:
+    """A time of day on the 24-hour clock, for ``daily``, ``weekly`` and ``monthly``.
+
+    ```python
+    daily(at24(15))  # every day at 15:00
+    ```
+
+    :param hour: The hour, 0 to 23.
+    :param minute: The minute, 0 to 59.
+    :returns: The time of day.
+    :raises ValueError: ``hour`` is not 0-23 or ``minute`` not 0-59.
+    """
     return Time(hour, minute)
 
 
@@ -319,21 +348,77 @@ def _time(value: object, builder: str) -> Time:
 
 
 def daily(at: Time, *, timezone: str | None = None) -> Cron:
+    """A schedule that fires once a day at a time of day: the cron ``"M H * * *"``.
+
+    The time is read on the wall clock of ``timezone``, by the DST rules of ``Cron`` (a time
+    skipped by the clocks fires at the first instant after it, a repeated one fires once).
+
+    ```python
+    daily(at(6).am(), timezone="Europe/Amsterdam")  # "0 6 * * *", daily at 6:00 AM
+    ```
+
+    :param at: The time of day: ``at(6).am()``, ``at(3).pm()`` or ``at24(15)``.
+    :param timezone: An IANA timezone name; ``None``: the timezone of the job it is declared
+        on (UTC when the schedule is used on its own).
+    :returns: The cron schedule, labelled "daily at 6:00 AM".
+    :raises TypeError: ``at`` is not a ``Time``, e.g. ``at(6)`` without ``.am()`` or ``.pm()``.
+    :raises cron_celery.exceptions.InvalidSchedule: ``timezone`` is not a known IANA name.
+    """
     time_ = _time(at, "daily")
     return Cron(str(time_.minute), str(time_.hour), timezone=timezone, label=f"daily at {time_}")
 
 
 def weekly(on: str, at: Time, *, timezone: str | None = None) -> Cron:
+    """A schedule that fires on some days of the week at a time of day: the cron ``"M H * * D"``.
+
+    ```python
+    weekly("mon,thu", at(9).am())  # "0 9 * * mon,thu", weekly on Mon, Thu at 9:00 AM
+    ```
+
+    :param on: Day names separated by commas (``"mon"``, ``"mon,thu"``), each its three letters
+        or its full English name (``"Monday"``); case does not matter. For ranges such as Monday
+        to Friday use ``cron("0 9 * * mon-fri")``.
+    :param at: The time of day: ``at(9).am()`` or ``at24(9)``.
+    :param timezone: An IANA timezone name; ``None``: the timezone of the job it is declared
+        on (UTC when the schedule is used on its own).
+    :returns: The cron schedule, labelled "weekly on Mon, Thu at 9:00 AM".
+    :raises TypeError: ``at`` is not a ``Time``, e.g. ``at(9)`` without ``.am()`` or ``.pm()``.
+    :raises ValueError: a part of ``on`` is not a day name (``"mon-fri"`` and ``"thur"`` are
+        refused, not read as Monday and Thursday).
+    :raises cron_celery.exceptions.InvalidSchedule: ``timezone`` is not a known IANA name.
+    """
     time_ = _time(at, "weekly")
-    days = [part.strip().lower()[:3] for part in on.split(",")]
-    if not days or any(day not in _DAY_NAMES for day in days):
-        raise ValueError(f"weekly(on=...) takes day names such as 'mon' or 'mon,thu', not {on!r}")
+    days = [_FULL_DAY_NAMES.get(part.strip().lower(), part.strip().lower()) for part in on.split(",")]
+    wrong = [part.strip() for part, day in zip(on.split(","), days, strict=True) if day not in _DAY_NAMES]
+    if wrong:
+        raise ValueError(f"weekly(on=...) takes day names such as 'mon', 'monday' or 'mon,thu', not {on!r} "
+                         f"({', '.join(map(repr, wrong))}); for a range of days use cron(), "
+                         "e.g. cron('0 9 * * mon-fri')")
     names = ", ".join(day.capitalize() for day in days)
     return Cron(str(time_.minute), str(time_.hour), day_of_week=",".join(days), timezone=timezone,
                 label=f"weekly on {names} at {time_}")
 
 
 def monthly(day: int, at: Time, *, timezone: str | None = None) -> Cron:
+    """A schedule that fires on one day of every month at a time of day: the cron ``"M H D * *"``.
+
+    A month without that day is skipped, not moved to its last day: ``monthly(31, ...)`` fires
+    only in the seven months that have a 31st, and ``monthly(29, ...)`` skips February except
+    in leap years.
+
+    ```python
+    monthly(1, at24(6, 30))  # "30 6 1 * *", monthly on day 1 at 6:30 AM
+    ```
+
+    :param day: The day of the month, 1 to 31.
+    :param at: The time of day: ``at(6, 30).am()`` or ``at24(6, 30)``.
+    :param timezone: An IANA timezone name; ``None``: the timezone of the job it is declared
+        on (UTC when the schedule is used on its own).
+    :returns: The cron schedule, labelled "monthly on day 1 at 6:30 AM".
+    :raises TypeError: ``at`` is not a ``Time``, e.g. ``at(6)`` without ``.am()`` or ``.pm()``.
+    :raises ValueError: ``day`` is not 1-31.
+    :raises cron_celery.exceptions.InvalidSchedule: ``timezone`` is not a known IANA name.
+    """
     time_ = _time(at, "monthly")
     if not 1 <= day <= 31:
         raise ValueError(f"monthly(day=...) takes 1-31, not {day}")
@@ -342,12 +427,47 @@ def monthly(day: int, at: Time, *, timezone: str | None = None) -> Cron:
 
 
 def every(*, seconds: int = 0, minutes: int = 0, hours: int = 0, days: int = 0) -> Interval:
+    """A schedule that fires at a fixed interval: the sum of the arguments.
+
+    Its slots are the multiples of the interval since the Unix epoch, so every beat on any
+    server computes the same ones, and it ignores time zones and DST: ``every(days=1)`` fires
+    at 00:00 UTC and ``every(hours=1)`` at the start of each UTC hour. For a time of day in a
+    timezone use ``daily``.
+
+    ```python
+    every(minutes=15)  # "every 900s": at :00, :15, :30 and :45
+    ```
+
+    :param seconds: Seconds to add to the interval.
+    :param minutes: Minutes to add to the interval.
+    :param hours: Hours to add to the interval.
+    :param days: Days (of 86,400 seconds) to add to the interval.
+    :returns: The interval schedule.
+    :raises cron_celery.exceptions.InvalidSchedule: the total is not a whole number of seconds
+        of at least one (``every()``, ``every(hours=1.5)``: say ``every(minutes=90)``).
+    """
     total = seconds + 60 * minutes + 3600 * hours + 86400 * days
     return Interval(total)
 
 
 def cron(expression: str, *, timezone: str | None = None) -> Cron:
-    """A schedule from a five-field cron string: ``cron("*/15 9-17 * * mon-fri")``."""
+    """A schedule from a five-field cron string: minute, hour, day of month, month, day of week.
+
+    The fields are read by Celery's ``crontab`` parser, as django-celery-beat reads them: day
+    of month and day of week must both match, and ``0`` or ``sun`` is Sunday. Times are read on
+    the wall clock of ``timezone``, by the DST rules of ``Cron``.
+
+    ```python
+    cron("*/15 9-17 * * mon-fri")  # every 15 minutes from 9:00 to 17:45, Monday to Friday
+    ```
+
+    :param expression: Five fields separated by spaces, e.g. ``"0 15 * * *"``.
+    :param timezone: An IANA timezone name; ``None``: the timezone of the job it is declared
+        on (UTC when the schedule is used on its own).
+    :returns: The cron schedule; its ``expression`` is the canonical, lower-case form.
+    :raises cron_celery.exceptions.InvalidSchedule: the expression has not five fields, a field
+        does not parse or matches nothing, or ``timezone`` is not a known IANA name.
+    """
     parts = expression.split()
     if len(parts) != 5:
         raise exceptions.InvalidSchedule("a cron expression has five fields: minute hour day month weekday",

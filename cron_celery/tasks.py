@@ -320,6 +320,36 @@ class TrackedTask(celery.Task):  # type: ignore[type-arg]
         return self.execute(run.execution_date, **run.params)
 
     def execute(self, date: dt.date) -> Any:
+        """The body of a class-style job: a subclass declared with ``@register_task`` overrides it.
+
+        It is called once per run, in the worker (or in-process for ``run_cron_task``), with the
+        run's execution date; the job's parameters, if it has any, are keyword-only arguments
+        after ``*`` (``def execute(self, date, *, region: str = "eu")``), read from this signature
+        when the job is declared. It may be ``async def``.
+
+        What it returns is recorded as the run's outcome: any JSON value is a success (a string
+        becomes the execution's message); ``{"error": False, "message": ...}`` is a success with
+        that message; ``{"error": True, "message": ..., "error_code": ...}`` is a failure (error
+        code ``JOB_ERROR`` when none is given) while the Celery task itself returns normally; a
+        value that is not JSON is a failure with error code ``NOT_JSON``. A failure ends ``FAILED``
+        once no retry is left.
+
+        An exception it raises is a failure with its message, error code (its ``error_code``
+        attribute, else its class name) and traceback, raised again after it is recorded so Celery
+        sees it; Celery's ``SoftTimeLimitExceeded`` is recorded ``TIMED_OUT``. Raise
+        ``JobFailed(message, error_code=...)`` to report a failure Celery should see. A job with
+        ``max_retries`` retries the exceptions in ``retry_on`` (any ``Exception`` by default), and
+        reported failures (``{"error": True}``, ``JobFailed``) only with ``retry_on_failure=True``.
+
+        ```python
+        def execute(self, date: dt.date) -> str:
+            return f"Books of {date} closed"
+        ```
+
+        :param date: The execution date: the run's slot as a date in the job's timezone.
+        :returns: The run's result: a JSON value, or the ``{"error": ...}`` dict above.
+        :raises NotImplementedError: the subclass does not override it.
+        """
         raise NotImplementedError(f"{type(self).__name__} must define execute(self, date)")
 
 

@@ -205,7 +205,9 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
     """Prometheus text format (needs the ``prometheus`` extra: prometheus-client)."""
     try:
         from cron_celery import metrics
-    except ImportError:
+    except ModuleNotFoundError as missing:
+        if (missing.name or "").partition(".")[0] != "prometheus_client":
+            raise  # a module of ours that fails to import is a bug to see, not a missing extra
         return HttpResponse("prometheus-client is not installed: pip install 'cron_celery[prometheus]'\n",
                             status=501, content_type="text/plain")
     body, content_type = metrics.render()

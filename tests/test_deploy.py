@@ -12,6 +12,7 @@ import json
 import re
 import subprocess
 import sys
+import tomllib
 import zipfile
 from typing import Any
 
@@ -104,7 +105,12 @@ def test_the_dockerfile_builds_a_slim_non_root_image_of_this_checkout():
         "the image must drop to its own user after installing"
     user = next(line.split()[1] for line in lines if line.startswith("USER "))
     assert user not in ("root", "0") and "useradd" in " ".join(lines)
-    assert any(line.startswith("RUN pip install") and '".[' in line for line in lines)
+    installs = [found for line in lines if line.startswith("RUN pip install")
+                for found in re.findall(r'"\.\[([^\]]*)\]"', line)]
+    assert len(installs) == 1, "the image installs this checkout once, with its extras"
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    asked = {extra.strip() for extra in installs[0].split(",")}
+    assert asked == {"prometheus", "sentry"} and asked <= set(declared), (asked, sorted(declared))
     for line in lines:
         if line.startswith("COPY "):
             for source in line.split()[1:-1]:

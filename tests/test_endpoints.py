@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import importlib
 import re
+import sys
 from typing import Any
 
 import pytest
@@ -21,6 +22,7 @@ from django.test import Client, override_settings
 from django.test.utils import CaptureQueriesContext
 from prometheus_client.parser import text_string_to_metric_families
 
+import cron_celery
 from cron_celery import (
     conf,
     dispatch,
@@ -28,6 +30,7 @@ from cron_celery import (
     health,
     leadership,
     metrics,
+    oneoffs,
     reconciler,
     registry,
     retention,
@@ -496,6 +499,59 @@ def test_metrics_say_which_jobs_are_paused(client):
     assert samples["cron_paused", (("cron_job", stopped.name),)] == 1
 
 
+def unimport(monkeypatch: pytest.MonkeyPatch, package: Any, name: str) -> None:
+    """Make ``package.name`` import afresh for this test (restored after it)."""
+    monkeypatch.delattr(package, name.rpartition(".")[2])
+    monkeypatch.delitem(sys.modules, name)
+
+
+def test_metrics_without_prometheus_client_answer_501_and_name_the_extra(client, monkeypatch):
+    unimport(monkeypatch, cron_celery, "cron_celery.metrics")
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)  # as if it were not installed
+    with with_token:
+        response = client.get("/cron/metrics/", headers=BEARER)
+    assert response.status_code == 501
+    assert response.content.decode() == "prometheus-client is not installed: pip install 'cron_celery[prometheus]'\n"
+
+
+def test_a_module_of_ours_that_fails_to_import_is_not_reported_as_a_missing_extra(client, monkeypatch):
+    unimport(monkeypatch, cron_celery, "cron_celery.metrics")
+    unimport(monkeypatch, cron_celery, "cron_celery.oneoffs")
+    monkeypatch.setitem(sys.modules, "cron_celery.oneoffs", None)  # a broken module metrics imports
+    with with_token, pytest.raises(ModuleNotFoundError, match=r"cron_celery\.oneoffs"):
+        client.get("/cron/metrics/", headers=BEARER)
+
+
+def test_metrics_say_when_a_beat_is_needed_and_a_late_one_off_makes_its_job_overdue_as_health_does(client):
+    """cron_beat_needed gates the rules' beat alerts: 0 while every job is paused or has no next
+    slot (a maintenance stop of the beats pages nobody), 1 once an unpaused job has a slot or a
+    one-off run waits to be sent. A late one-off makes its job overdue, as on /cron/health/."""
+    _, scheduled_id = make_job()
+    once, once_id = make_job()
+    sql(f"UPDATE {JOB} SET next_run_at = now() + interval '1 hour', paused = true WHERE id = %s", [scheduled_id])
+    samples, _, _ = scrape(client)
+    assert samples["cron_beat_needed", ()] == 0
+    assert health.check().ok  # no beat has ever led, and nothing needs one
+
+    recorded = oneoffs.record(once, once_id, db_now() + dt.timedelta(minutes=5))
+    samples, _, _ = scrape(client)
+    assert samples["cron_beat_needed", ()] == 1  # a one-off waits for a beat to send it
+    assert samples["cron_overdue", (("cron_job", once.name),)] == 0  # not late yet
+
+    sql(f"UPDATE {EXE} SET due_at = now() - interval '10 minutes' WHERE id = %s", [recorded.execution_id])
+    samples, _, _ = scrape(client)
+    overdue = {dict(labels)["cron_job"] for (name, labels), value in samples.items()
+               if name == "cron_overdue" and value == 1}
+    assert overdue == {once.name}
+    assert {item["job"] for item in health.check().overdue} == overdue
+
+    sql(f"DELETE FROM {EXE} WHERE id = %s", [recorded.execution_id])  # sent and gone, for this test
+    sql(f"UPDATE {JOB} SET paused = false WHERE id = %s", [scheduled_id])
+    samples, _, _ = scrape(client)
+    assert samples["cron_beat_needed", ()] == 1  # an unpaused job with a next slot
+    assert samples["cron_overdue", (("cron_job", once.name),)] == 0
+
+
 def test_a_scrape_reads_undelivered_alerts_through_their_partial_indexes(client):
     """The scrape's own statements on the outbox, with 5,000 delivered alerts in it: no sequential scan."""
     job, job_id = make_job()
@@ -671,8 +727,9 @@ def test_metrics_counters_are_the_history_as_it_was_written_and_survive_a_purge(
 
 def test_a_scrape_reads_no_execution_history(client):
     """Each statement of a scrape reaches the execution table only through an index condition on
-    the job (the open executions, job by job): PostgreSQL's plans, with sequential scans
-    priced out so that a statement that could only scan shows it."""
+    the job (the open executions, job by job) or through the partial index of the one-off runs
+    not sent yet (which holds those alone): PostgreSQL's plans, with sequential scans priced out
+    so that a statement that could only scan shows it."""
     job, job_id = make_job()
     bulk_executions(job, job_id, 2000)
     with CaptureQueriesContext(connection) as captured:
@@ -687,9 +744,20 @@ def test_a_scrape_reads_no_execution_history(client):
             reached += [node for node in plan_nodes(cursor.fetchone()[0][0]["Plan"])
                         if node.get("Relation Name") == EXE]
     assert reached  # the open executions are read
+    through = {"one-offs": 0, "job": 0}
     for node in reached:
         condition = node.get("Index Cond", "") + node.get("Recheck Cond", "")
-        assert node["Node Type"] != "Seq Scan" and "job_id" in condition, node
+        assert node["Node Type"] != "Seq Scan", node
+        if node.get("Index Name") == ONE_OFF_INDEX:
+            through["one-offs"] += 1
+        else:
+            assert "job_id" in condition, node
+            through["job"] += 1
+    assert through["one-offs"] and through["job"], through
+
+
+#: The partial index of the one-off runs not sent yet (models.CronExecution's indexes).
+ONE_OFF_INDEX = "cron_exec_one_off_due"
 
 
 def plan_nodes(node: dict[str, Any]) -> list[dict[str, Any]]:

@@ -84,6 +84,18 @@ def test_invalid_schedules_say_what_is_wrong(build, fragment):
         schedule.next_after(utc(2026, 1, 1))
 
 
+@pytest.mark.parametrize("on", ["mon-fri", "monkey", "mon,frid", "", "mon,,thu", "thur"])
+def test_weekly_refuses_what_is_not_a_day_name_instead_of_reading_its_first_three_letters(on):
+    """'mon-fri' once became Monday alone, silently: a part is a day's three letters or its name."""
+    with pytest.raises(ValueError, match="day names") as refused:
+        weekly(on, at(9).am())
+    assert "cron(" in str(refused.value)  # ranges: where to go instead
+
+
+def test_weekly_takes_full_day_names_in_any_case():
+    assert weekly("Monday, THURSDAY", at24(9)).expression == "0 9 * * mon,thu"
+
+
 def test_celery_crontab_and_timedelta_are_accepted():
     assert from_celery(crontab(minute=0, hour=1), "Europe/Amsterdam") == Cron("0", "1", timezone="Europe/Amsterdam")
     assert from_celery(dt.timedelta(minutes=5)) == Interval(300)

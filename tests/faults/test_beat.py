@@ -135,7 +135,7 @@ def test_two_beats_with_the_leader_lease_dispatch_every_slot_of_twenty_jobs_once
     """Issue test 1, with a plain periodic task next to the cron jobs."""
     every_second, _ = IntervalSchedule.objects.get_or_create(every=1, period=IntervalSchedule.SECONDS)
     PeriodicTask.objects.create(name="plain ping", task="tests.jobsapp.tasks.plain_ping", interval=every_second)
-    seconds = 60.0
+    seconds = 30.0  # 15 to 30 slots of each of the twenty jobs, and 30 pings
     logs, leaders, stopped = run_two_beats(tmp_path, marker, seconds, workers=2, CRON_TEST_FLEET="1")
     assert leaders == 1, logs
     assert_every_slot_once(marker, {**FLEET, **TICKS}, stopped)
