@@ -16,11 +16,17 @@ class CronCeleryError(Exception):
 
     def __init__(self, detail: str = "", **context: Any) -> None:
         self.context = context
+        self.detail = detail
         template = vars(type(self)).get("message_template")
         if template is None:
             template = self.__doc__ or ""
         message = " ".join(template.split()).format(**context)
         super().__init__(f"{message} {detail}".strip() if detail else message)
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        """Pickled as itself, from what built it (a worker's child hands its exception to its parent,
+        Celery's results keep it): rebuilt from its message, it would lack its fields, or say it twice."""
+        return functools.partial(type(self), **self.context), (self.detail,)
 
 
 class ImproperlyDeclared(CronCeleryError):
@@ -112,6 +118,9 @@ class JobFailed(CronCeleryError):
     def __init__(self, message: str = "", *, error_code: str = "") -> None:
         self.error_code = error_code
         Exception.__init__(self, message or "The job reported a failure.")
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        return functools.partial(type(self), error_code=self.error_code), (str(self),)
 
 
 class LeaseLost(CronCeleryError):
