@@ -267,3 +267,48 @@ def test_a_jobs_first_failure_shows_on_the_failure_panels(promtool: str, tmp_pat
          "exp_samples": [{"labels": '{cron_job="hourly"}', "value": 1}]},
     ]}]
     expression_test(promtool, tmp_path, tests)
+
+
+def test_every_replica_scraped_shows_the_same_numbers_as_one(promtool: str, tmp_path: Path) -> None:
+    """Where every web replica is a target (a ServiceMonitor over a Deployment), each serves the
+    whole system's numbers: the panels take one replica's (max or min by the metric's own labels),
+    so two targets show what one shows, not twice as much."""
+    replicas = ('instance="web-a:8000",job="cron_celery"', 'instance="web-b:8000",job="cron_celery"')
+    per_replica = [
+        ('cron_executions_total{cron_job="nightly",status="SUCCEEDED",%s}', "0+60x10"),  # 1 a second
+        ('cron_executions_total{cron_job="nightly",status="FAILED",%s}', "0+60x10"),
+        ('cron_lost_total{cron_job="nightly",%s}', "0+60x10"),
+        ('cron_fenced_total{cron_job="nightly",%s}', "0+60x10"),
+        ('cron_executions_open{cron_job="nightly",status="RUNNING",%s}', "2x10"),
+        ('cron_overdue{cron_job="nightly",%s}', "1x10"),
+        ('cron_paused{cron_job="nightly",%s}', "0x10"),
+        ('cron_alerts_undelivered{channel="slack",status="FAILED",%s}', "2x10"),
+        ('cron_reconciler_interval_seconds{%s}', "30x10"),
+        ('cron_execution_duration_seconds_bucket{cron_job="nightly",le="0.5",%s}', "0x10"),
+        ('cron_execution_duration_seconds_bucket{cron_job="nightly",le="1.0",%s}', "0+60x10"),
+        ('cron_execution_duration_seconds_bucket{cron_job="nightly",le="+Inf",%s}', "0+60x10"),
+    ]
+    series = [{"series": (name % replica).replace(",}", "}"), "values": values}
+              for name, values in per_replica for replica in replicas]
+    series += [{"series": f"cron_beat_heartbeat_age_seconds{{{replica}}}", "values": f"{age}x10"}
+               for replica, age in zip(replicas, (7, 9), strict=True)]
+    nightly = '{cron_job="nightly"}'
+    expected = [  # (panel, refId, labels, value), one replica's numbers
+        ("Beat leader last seen", "A", "{}", 7), ("Jobs overdue", "A", "{}", 1),
+        ("Alerts not delivered", "A", "{}", 2), ("Alerts not delivered", "B", "{}", 0),
+        ("Per job", "E", nightly, 2),
+        ("Executions ended, by status", "A", '{status="FAILED"}', 1),
+        ("Executions ended, by status", "A", '{status="SUCCEEDED"}', 1),
+        ("Failures, by job", "A", "{}", 300), ("Failures, by job", "B", nightly, 300),
+        ("Duration p50 and p95, by job", "A", nightly, 0.75),
+        ("Open executions, by status", "A", '{status="RUNNING"}', 2),
+        ("Outcomes refused by their fence", "A", "{}", 300), ("Outcomes refused by their fence", "B", nightly, 300),
+        ("Executions lost", "A", "{}", 300), ("Executions lost", "B", nightly, 300),
+        ("Alerts not delivered, by channel", "A", '{channel="slack", status="FAILED"}', 2),
+    ]
+    by_expr: dict[str, list[dict[str, Any]]] = {}
+    for title, ref, labels, value in expected:
+        by_expr.setdefault(f"round({panel_targets(title)[ref]}, 0.001)", []).append({"labels": labels, "value": value})
+    tests = [{"interval": "1m", "input_series": series, "promql_expr_test": [
+        {"expr": expr, "eval_time": "8m", "exp_samples": samples} for expr, samples in by_expr.items()]}]
+    expression_test(promtool, tmp_path, tests)
