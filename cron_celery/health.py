@@ -14,7 +14,7 @@ from typing import Any
 from django.db import connection
 from django.utils import timezone
 
-from cron_celery import conf, models
+from cron_celery import conf, models, oneoffs
 
 JOB = models.CronJob._meta.db_table
 EXE = models.CronExecution._meta.db_table
@@ -104,8 +104,7 @@ def check() -> Report:
             f"""
             SELECT job.name, job.code, e.due_at, extract(epoch FROM now() - e.due_at), e.id
             FROM {EXE} AS e JOIN {JOB} AS job ON job.id = e.job_id
-            WHERE e.trigger = 'ONE_OFF' AND e.status = 'PENDING' AND e.celery_task_id = ''
-              AND e.due_at < now() - make_interval(secs => %s)
+            WHERE {oneoffs.UNSENT} AND e.due_at < now() - make_interval(secs => %s)
             ORDER BY e.due_at LIMIT %s
             """,
             [late, OVERDUE_SHOWN],

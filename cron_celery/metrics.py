@@ -105,7 +105,9 @@ class DatabaseCollector(Collector):
                            [leadership.RECONCILED])
             passed = cursor.fetchone()
         names = {job_id: name for job_id, name, *_ in jobs}
-        for job_id, name, fenced_count, success_at, in_a_row, late_now, is_paused, _scheduled in jobs:
+        beat_needed = bool(waiting)
+        for job_id, name, fenced_count, success_at, in_a_row, late_now, is_paused, scheduled in jobs:
+            beat_needed = beat_needed or scheduled
             paused.add_metric([name], 1.0 if is_paused else 0.0)
             fenced.add_metric([name], fenced_count)
             if success_at is not None:
@@ -145,7 +147,7 @@ class DatabaseCollector(Collector):
         yield beat
         needed = GaugeMetricFamily("cron_beat_needed", "1 while an unpaused job has a next slot or a one-off run "
                                    "waits to be sent: a beat must lead")
-        needed.add_metric([], 1.0 if waiting or any(row[-1] for row in jobs) else 0.0)
+        needed.add_metric([], 1.0 if beat_needed else 0.0)
         yield needed
         alerts = GaugeMetricFamily("cron_alerts_undelivered",
                                    "Alerts not delivered: PENDING (being tried now) or FAILED (given up, "

@@ -56,6 +56,19 @@ def test_a_nan_result_is_recorded_once_not_lost(started, broker, marker):
     assert row.result == {"ratio": "NaN", "rows": 3}
 
 
+def test_an_exception_of_ours_reaches_the_workers_parent_as_itself(started, broker, marker):
+    """A prefork child hands its task's exception to Celery pickled; a cron_celery exception that
+    did not survive that was logged as another class, its message garbled ("CronCeleryError(...
+    cron_celery failed; ... The lock ...")."""
+    worker = started()
+    row, _ = settled(enqueue(jobs.results_lock_lost, broker), timeout=60)
+    assert (row.status, row.error_code) == (Status.FAILED, "LOCK_LOST"), (row.status, row.error_code, row.message)
+    wait_for(lambda: "raised unexpected" in worker.log.read_text(errors="replace"), what="the worker's failure line")
+    line = next(line for line in worker.log.read_text(errors="replace").splitlines() if "raised unexpected" in line)
+    assert "raised unexpected: LockLost(\"The lock 'nightly-export' was lost while held" in line, line
+    assert "CronCeleryError" not in line and "cron_celery failed" not in line, line
+
+
 def test_infinities_nested_in_a_list_and_surrogates_in_keys_are_recorded_once(started, broker, marker):
     started(**FAST_RECONCILER)
     row, _ = settled(enqueue(jobs.results_infinity, broker), timeout=60)

@@ -8,7 +8,7 @@ import os
 import time
 from pathlib import Path
 
-from cron_celery import Run, cron_task
+from cron_celery import LockLost, Run, cron_task
 from cron_celery.notifiers.base import Channel, Message
 
 #: A file name that is not UTF-8, as the OS hands it to Python (a lone surrogate).
@@ -111,3 +111,10 @@ def results_runaway(run: Run) -> str:
     _stamp(run, "runaway")
     time.sleep(120)
     return "ran to the end"
+
+
+@cron_task(name="results-lock-lost", code="R030", pattern="always")
+def results_lock_lost(run: Run) -> None:
+    """Lets a LockLost escape, as a job whose own lock was lost mid-work does."""
+    _stamp(run, "lock-lost")
+    raise LockLost(name="nightly-export")
