@@ -878,6 +878,15 @@ class KwargsChecked:
 
     instance: PeriodicTask
 
+    def _clean_json(self, field: str) -> Any:
+        """django-celery-beat's check that args and kwargs are JSON, with JSON nested deeper than Python
+        reads (``[[[[...``) refused like any other text that is not JSON, instead of a server error."""
+        try:
+            return super()._clean_json(field)  # type: ignore[misc]
+        except RecursionError:
+            raise forms.ValidationError("Unable to parse JSON: it nests deeper than Python reads.",
+                                        code="invalid") from None
+
     def clean_kwargs(self) -> Any:
         value = super().clean_kwargs()  # type: ignore[misc]  # django-celery-beat's: it is JSON
         code = models.CronJob.objects.filter(periodic_task_id=self.instance.pk).values_list("code", flat=True) \

@@ -11,7 +11,9 @@ sends (``deliver``: claim, send, settle).
 
 Policy per job: the first alert of an incident goes out at the ``alert_after``-th failure
 in a row; later failures of the same incident are quiet unless ``alert_repeat`` seconds
-passed since the last alert; the first success after an alerted incident sends RECOVERED.
+passed since the last alert; the first success after an alerted incident sends RECOVERED. Successes
+faster than ``min_runtime`` make incidents of their own, alerted TOO_FAST by the same two numbers and
+ended by TOO_FAST_RECOVERED (``too_fast_incidents``).
 
 A job declared with ``after=`` and ``alert_on_upstream=True`` also hears, on its failure channels
 (event UPSTREAM), of each of its slots skipped because an upstream failed (FAILED, TIMED_OUT,
@@ -35,9 +37,9 @@ from celery import shared_task
 from django.db import connection, transaction
 from django.utils.module_loading import import_string
 
-from cron_celery import conf, enums, events, exceptions, models, params, registry
+from cron_celery import conf, enums, events, exceptions, models, params, registry, too_fast_incidents
 from cron_celery.notifiers import sentry as notifiers_sentry
-from cron_celery.notifiers.base import Channel, Message
+from cron_celery.notifiers.base import Channel, Message, delivery_id
 
 logger = logging.getLogger(__name__)
 S = enums.Status
@@ -56,7 +58,7 @@ BUILT_IN = {
 #: Which ``NOTIFICATIONS`` list names the channels of each event.
 KIND = {E.FAILED: "on_failure", E.TIMED_OUT: "on_failure", E.LOST: "on_failure", E.MISSED: "on_failure",
         E.RECOVERED: "on_recovery", E.SUCCEEDED: "on_success", E.UPSTREAM: "on_failure", E.LATE: "on_failure",
-        E.LONG_RUNNING: "on_failure", E.TOO_FAST: "on_failure"}
+        E.LONG_RUNNING: "on_failure", E.TOO_FAST: "on_failure", E.TOO_FAST_RECOVERED: "on_recovery"}
 #: The upstream outcomes whose skip of a downstream slot alerts a job declared with
 #: ``alert_on_upstream=True`` (event UPSTREAM): the failures.
 UPSTREAM_FAILURES = frozenset({S.FAILED, S.TIMED_OUT, S.LOST})
@@ -209,10 +211,25 @@ def record(*, job: registry.Job | None, job_id: int, execution_id: int, status: 
     return Recorded(events=alerted, alert_ids=ids, recovered=recovered)
 
 
+def timed(ended: events.Ended) -> bool:
+    """A success of a job with ``min_runtime``, written by the worker that timed its body."""
+    return (ended.status == S.SUCCEEDED and ended.job is not None and ended.job.min_runtime is not None
+            and ended.runtime is not None)
+
+
 def too_fast(ended: events.Ended) -> bool:
     """A success whose body took less than its job's ``min_runtime`` (a job that silently did nothing)."""
     return (ended.status == S.SUCCEEDED and ended.job is not None and ended.job.min_runtime is not None
             and ended.runtime is not None and ended.runtime < ended.job.min_runtime)
+
+
+def _record_too_fast(ended: events.Ended) -> None:
+    """TOO_FAST once per incident (``alert_after``, ``alert_repeat``), and its recovery: ``too_fast_incidents``."""
+    decided = too_fast_incidents.decide(ended.job_id, fast=too_fast(ended),
+                                        alerting=bool(_deliverable(ended.job, E.TOO_FAST)))
+    names = list(_deliverable(ended.job, decided)) if decided is not None else []
+    _write([ended.execution_id] * len(names), [ended.job_id] * len(names), str(decided), names,
+           [{"runtime": ended.runtime}] * len(names))
 
 
 def _write(execution_ids: list[int], job_ids: list[int], event: str, channels: list[str],
@@ -285,16 +302,14 @@ class Outbox(events.Listener):
     def records(self, ended: events.Ended) -> bool:
         if upstream_failed(ended):
             return bool(_deliverable(ended.job, E.UPSTREAM))
-        return wanted_for(ended.job, ended.status) or (too_fast(ended) and bool(_deliverable(ended.job, E.TOO_FAST)))
+        return wanted_for(ended.job, ended.status) or timed(ended)
 
     def record(self, ended: events.Ended) -> None:
         if upstream_failed(ended):
             record_upstream(job=ended.job, job_id=ended.job_id, execution_id=ended.execution_id)
             return
-        if too_fast(ended):
-            names = list(_deliverable(ended.job, E.TOO_FAST))
-            _write([ended.execution_id] * len(names), [ended.job_id] * len(names), E.TOO_FAST, names,
-                   [{"runtime": ended.runtime}] * len(names))
+        if timed(ended):
+            _record_too_fast(ended)
         record(job=ended.job, job_id=ended.job_id, execution_id=ended.execution_id, status=ended.status,
                counted=ended.counted, lost_attempt=ended.lost_attempt)
 
@@ -339,6 +354,9 @@ def message_for(alert: models.Alert) -> Message:
         error=error, traceback=execution.traceback,
         admin_url=f"{base}/admin/cron_celery/cronexecution/{execution.id}/change/" if base else "",
         params=_params_said(execution),
+        # One id per alert row; a final LOST re-arms its lost attempt's row and says something new.
+        delivery_id=delivery_id(alert.id, alert.created_at.isoformat(), alert.event, alert.channel,
+                                "final" if alert.event == E.LOST and execution.status == S.LOST else ""),
     )
 
 
@@ -358,7 +376,7 @@ PARAMS_CHARS = 500
 
 
 #: The events of a run's timing (not of its outcome): their message says what was late or long.
-TIMING_EVENTS = frozenset({E.LATE, E.LONG_RUNNING, E.TOO_FAST})
+TIMING_EVENTS = frozenset({E.LATE, E.LONG_RUNNING, E.TOO_FAST, E.TOO_FAST_RECOVERED})
 
 
 def _seconds(value: float) -> str:
@@ -421,6 +439,9 @@ def timing_story(event: str, execution: models.CronExecution, facts: dict[str, A
             said += f" It ended {execution.status} at {_utc(execution.ended)}."
         return said
     took = facts.get("runtime")
+    if event == E.TOO_FAST_RECOVERED:
+        return (f"Took at least its min_runtime of {job.min_runtime or 0:g} s again"
+                + (f" (its body took {_seconds(float(took))})" if isinstance(took, int | float) else "") + ".")
     return ("Succeeded faster than its min_runtime of " f"{job.min_runtime or 0:g} s"
             + (f" (its body took {_seconds(float(took))})" if isinstance(took, int | float) else "")
             + ": did it do its work? A job that finds nothing to do returns quickly; so does one that "

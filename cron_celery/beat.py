@@ -266,7 +266,8 @@ def plan(row: dispatch.DueJob, now: dt.datetime, plans: dict[PlanKey, schedules.
     if row.one_off and run:  # django-celery-beat's one_off: this slot, and no other, then disabled
         run, missed, last = run[-1:], [], True
     return dispatch.Decision(job_id=row.job_id, expected_next_run_at=row.next_run_at, next_run_at=planned.next_run_at,
-                             run=run, missed=missed, tz=tz, jitter_ms=row.jitter_ms, last=last)
+                             run=run, missed=missed, tz=tz, jitter_ms=row.jitter_ms, last=last,
+                             catching_up=planned.late)
 
 
 def unplannable(row: dispatch.DueJob) -> str:
@@ -313,8 +314,14 @@ class Scheduler(DatabaseScheduler):  # type: ignore[misc]
         super().setup_schedule()
 
     def enabled_models_qs(self) -> Any:
-        """django-celery-beat's own entries: every enabled periodic task but ours."""
-        return super().enabled_models_qs().filter(cron_job__isnull=True)
+        """django-celery-beat's own entries: every enabled periodic task but ours. Its query reads every
+        crontab row's timezone; one it cannot read (a row written past the admin) falls back to all of them."""
+        try:
+            return super().enabled_models_qs().filter(cron_job__isnull=True)
+        except Exception as error:  # one bad crontab row must not stop the beat's start or its ticks
+            logger.warning("cron_celery beat: django-celery-beat cannot read its crontab rows (%s: %s); taking "
+                           "every enabled periodic task", type(error).__name__, error)
+            return self.Model.objects.enabled().filter(cron_job__isnull=True)
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
         leading = self.leadership.check()

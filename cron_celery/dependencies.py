@@ -178,7 +178,7 @@ def undecided(batch: int, grace: float, horizon_hours: float = 1) -> list[int]:
                 SELECT DISTINCT ON (u.id) u.* FROM {DEP} AS d
                 JOIN {JOB} AS down ON down.id = d.downstream_id
                 JOIN {EXE} AS u ON u.job_id = d.upstream_id
-                WHERE u.completed AND u.ended > now() - make_interval(hours => %s)
+                WHERE u.completed AND u.ended > now() - make_interval(hours => %s) AND down.removed_at IS NULL
                   AND u.skip_reason NOT IN ('ALREADY_RAN', 'ALREADY_RUNNING', 'CANCELLED')  -- they decide nothing
                   AND NOT u.params_given  -- nor does a run with parameters a person gave (its own execution)
                   AND u.ended < now() - make_interval(secs => %s) AND u.ended > down.created_at

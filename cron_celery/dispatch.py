@@ -129,11 +129,12 @@ class Decision:
     job_id: int
     expected_next_run_at: dt.datetime | None  # what the scheduler read; the advance is conditional on it
     next_run_at: dt.datetime
-    run: list[dt.datetime]  # PENDING rows (CATCH_UP for all but the newest)
+    run: list[dt.datetime]  # PENDING rows (CATCH_UP, every one, when there are several)
     missed: list[dt.datetime]  # MISSED rows
     tz: dt.tzinfo  # for each slot's execution date
     jitter_ms: int = 0  # the job's dispatch offset: each slot's row records slot + this as when it was due
     last: bool = False  # the periodic task's one_off: once this is recorded the task is disabled (the job paused)
+    catching_up: bool = False  # ``run`` holds overdue slots (catch-up ``all``): every one of them is CATCH_UP
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -174,12 +175,13 @@ def dispatch_many(
         return set(), [], 0
     slot_rows: list[tuple[int, dt.datetime, dt.date, str, str, str, dt.datetime]] = []
     for decision in decisions:
-        newest = max(decision.run) if decision.run else None
+        # Several slots at once are a catch-up, the newest included: each waits for the job's live
+        # run (a buffered trigger) instead of meeting it and being skipped.
+        catching_up = decision.catching_up or len(decision.run) > 1
         offset = dt.timedelta(milliseconds=decision.jitter_ms)
         for slot in decision.run:
-            late = newest is not None and slot < newest
             slot_rows.append((decision.job_id, slot, slot.astimezone(decision.tz).date(), S.PENDING,
-                              enums.Trigger.CATCH_UP if late else trigger, str(uuid.uuid4()), slot + offset))
+                              enums.Trigger.CATCH_UP if catching_up else trigger, str(uuid.uuid4()), slot + offset))
         for slot in decision.missed:
             slot_rows.append((decision.job_id, slot, slot.astimezone(decision.tz).date(), S.MISSED, trigger, "",
                               slot + offset))
@@ -402,6 +404,11 @@ def due_jobs(now: dt.datetime, limit: int = 1000, among: list[int] | None = None
                 for row in cursor.fetchall()]
 
 
+#: The last moment Python's datetimes hold: a ``due_at`` past it (a window opening at the calendar's end,
+#: plus the job's jitter) is read as it, never as a value no tick could read.
+CALENDAR_END = "timestamptz '9999-12-31 23:59:59.999999+00'"
+
+
 def next_due() -> tuple[dt.datetime | None, bool, dt.datetime]:
     """The idle tick's one query: the earliest ``due_at`` (next slot plus jitter) of an unpaused job
     or of a one-off run not sent yet (``oneoffs``), whether
@@ -412,8 +419,9 @@ def next_due() -> tuple[dt.datetime | None, bool, dt.datetime]:
     with connection.cursor() as cursor:
         cursor.execute(
             f"""
-            SELECT least((SELECT due_at FROM {JOB} WHERE due_at IS NOT NULL AND NOT paused
-                          ORDER BY due_at LIMIT 1), {oneoffs.earliest()}),
+            SELECT (SELECT CASE WHEN d > {CALENDAR_END} THEN {CALENDAR_END} ELSE d END
+                      FROM (SELECT least((SELECT due_at FROM {JOB} WHERE due_at IS NOT NULL AND NOT paused
+                                          ORDER BY due_at LIMIT 1), {oneoffs.earliest()}) AS d) AS earliest),
                    (SELECT id FROM {JOB} WHERE schedule_version <> schedule_seen ORDER BY id LIMIT 1) IS NOT NULL,
                    clock_timestamp()
             """

@@ -67,6 +67,8 @@ class Event(Choices):
     LATE = "LATE", "Late start"  # not started start_deadline seconds after it was due (still waiting)
     LONG_RUNNING = "LONG_RUNNING", "Running too long"  # still running max_runtime seconds after it started
     TOO_FAST = "TOO_FAST", "Finished too fast"  # succeeded in less than min_runtime seconds
+    # The first success that took min_runtime after an alerted too-fast incident:
+    TOO_FAST_RECOVERED = "TOO_FAST_RECOVERED", "Long enough again"
 
 
 class AlertStatus(Choices):
@@ -96,6 +98,7 @@ class SkipReason(Choices):
     CONCURRENCY = "CONCURRENCY", "Concurrency limit"  # the job (max_concurrency) or its concurrency group is full
     UPSTREAM = "UPSTREAM", "Upstream did not succeed"  # an upstream job's execution of the slot failed or was skipped
     CANCELLED = "CANCELLED", "Cancelled"  # a one-off run cancelled before it was sent
+    REMOVED = "REMOVED", "Job removed from the code"  # a deploy removed its job before it started (``removals``)
 
 
 class ExecutionPattern(Choices):

@@ -139,6 +139,29 @@ class LeaseLost(CronCeleryError):
     error_code = "LEASE_LOST"
 
 
+class RunInTransaction(CronCeleryError):
+    """Raised at once, before anything is written, when a job is called in-process (``task()``,
+    ``task.apply()``, an eager ``delay()``, ``run_cron_task`` through ``call_command``) while the
+    caller's database connection is inside a transaction of its own: a ``transaction.atomic()``
+    block, a view under ``ATOMIC_REQUESTS``, or autocommit turned off.
+
+    The run's claim would stay uncommitted until that transaction ends, holding the job's row
+    locked for the whole run: the beat's rounds and every other run of the job would wait for it,
+    and the lease could not be renewed (the run would be told to stop). Call the job after the
+    commit, outside the transaction, or send it to the workers. Only the transaction a test case
+    wraps each test in (Django's ``TestCase``, pytest-django's ``db``) is not refused.
+    """
+
+    message_template = (
+        "Job {job!r} cannot run in-process inside the caller's database transaction (transaction.atomic(), "
+        "ATOMIC_REQUESTS or autocommit turned off): its claim would keep the job's row locked until that "
+        "transaction ends, holding up the beat and every other run of the job. Nothing was run or recorded. "
+        "Call it outside the transaction, after the commit (transaction.on_commit(lambda: task.delay())), "
+        "or send it to the workers (task.delay(), run_cron_task --enqueue)."
+    )
+    error_code = "IN_TRANSACTION"
+
+
 class Interrupted(CronCeleryError):
     """The run of job {job!r} stopped because its worker is shutting down; it is tried again if attempts remain."""
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from cron_celery import enums, executions, statements
+from cron_celery import enums, executions, repairs, statements
 
 S = enums.Status
 JOB = executions.JOB
@@ -158,14 +158,15 @@ class Revoked:
 
 
 def revoke(*, job_id: int, message: str, execution_id: int | None = None, worker: str = "",
-           pid: int | None = None) -> Revoked | None:
+           pid: int | None = None, task_id: str = "") -> Revoked | None:
     """End an execution whose Celery task was revoked: REVOKED, final, never retried or sent again.
 
     It is execution ``execution_id`` (the message's header) while it waits (PENDING, RETRYING)
-    or while it runs in process ``pid`` of ``worker``; without an id (a message without the
-    headers), the job's execution that this process runs. The job's failure count and its
-    alert incident are left as they were: somebody stopped the run on purpose. None when
-    nothing matched (it already ended, or another process runs it).
+    or while it runs in process ``pid`` of ``worker`` (``identity.WORKER``: host and boot); without an
+    id (a message without the headers), the execution that process runs under the revoked task's
+    id ``task_id`` (``repairs.ran_by_request``). The job's failure count and its alert incident are
+    left as they were: somebody stopped the run on purpose. None when nothing matched (it already
+    ended, or another process runs it).
     """
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(
@@ -178,7 +179,7 @@ def revoke(*, job_id: int, message: str, execution_id: int | None = None, worker
                 WHERE {EXE}.job_id = j.id AND (
                     ({EXE}.id = %(id)s::bigint AND {EXE}.status IN ('PENDING', 'RETRYING'))
                     OR ({EXE}.status = 'RUNNING' AND {EXE}.worker = %(worker)s AND {EXE}.pid = %(pid)s::int
-                        AND (%(id)s::bigint IS NULL OR {EXE}.id = %(id)s::bigint)))
+                        AND {repairs.ran_by_request()}))
                 RETURNING {EXE}.id, {EXE}.job_id, {EXE}.slot, {EXE}.started IS NOT NULL AS started
             ), touched AS (
                 UPDATE {JOB} SET last_status = 'REVOKED', last_run_at = now()
@@ -188,7 +189,7 @@ def revoke(*, job_id: int, message: str, execution_id: int | None = None, worker
             SELECT id, slot, started FROM e ORDER BY id LIMIT 1
             """,
             {"job": job_id, "id": execution_id, "status": S.REVOKED, "code": "REVOKED", "message": message[:1000],
-             "worker": worker, "pid": pid},
+             "worker": worker, "pid": pid, "task": task_id},
         )
         row = cursor.fetchone()
     if row is None:

@@ -23,6 +23,9 @@ LEASE = models.Lease._meta.db_table
 #: A row (not a lease) whose ``lease_until`` is when the last reconciler pass that finished every
 #: step ended (``mark``): a pass that raised does not move it (``metrics`` reads it).
 RECONCILED = "reconciler-done"
+#: A row (not a lease) whose ``lease_until`` is when a reconciler pass last could not ask the broker
+#: where the stranded executions' messages are, and left them alone (``metrics`` serves it).
+BROKER_UNANSWERED = "reconciler-broker-unanswered"
 
 
 def hold(name: str, token: str, holder: str, seconds: float) -> bool:

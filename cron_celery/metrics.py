@@ -80,9 +80,9 @@ class DatabaseCollector(Collector):
             # Job by job through the (job, status) index: the few open executions, not the history.
             cursor.execute(
                 f"""
-                SELECT j.id, o.status, o.n FROM {JOB} AS j CROSS JOIN LATERAL (
-                    SELECT status, count(*) AS n FROM {EXE} WHERE job_id = j.id AND status = ANY(%s)
-                    GROUP BY status) AS o
+                SELECT j.id, o.status, o.n, o.resent FROM {JOB} AS j CROSS JOIN LATERAL (
+                    SELECT status, count(*) AS n, sum(republished) AS resent FROM {EXE}
+                    WHERE job_id = j.id AND status = ANY(%s) GROUP BY status) AS o
                 """,
                 [list(OPEN)],
             )
@@ -104,6 +104,10 @@ class DatabaseCollector(Collector):
             cursor.execute(f"SELECT extract(epoch FROM now() - lease_until) FROM {leadership.LEASE} WHERE name = %s",
                            [leadership.RECONCILED])
             passed = cursor.fetchone()
+            # When a pass last could not ask the broker where the stranded messages are (it left them alone).
+            cursor.execute(f"SELECT extract(epoch FROM lease_until) FROM {leadership.LEASE} WHERE name = %s",
+                           [leadership.BROKER_UNANSWERED])
+            unanswered = cursor.fetchone()
         names = {job_id: name for job_id, name, *_ in jobs}
         beat_needed = bool(waiting)
         for job_id, name, fenced_count, success_at, in_a_row, late_now, is_paused, scheduled in jobs:
@@ -132,15 +136,24 @@ class DatabaseCollector(Collector):
             executions.add_metric([name, status], count)
         for name in sorted(names.values()):
             lost.add_metric([name], by_status.get((name, enums.Status.LOST), 0))
-        for job_id, status, count in opened:
+        resent = dict.fromkeys(names.values(), 0)
+        for job_id, status, count, sent in opened:
             open_now.add_metric([names.get(job_id, str(job_id)), status], count)
+            if status != enums.Status.RUNNING:
+                name = names.get(job_id, str(job_id))
+                resent[name] = resent.get(name, 0) + int(sent or 0)
+        resends = GaugeMetricFamily("cron_reconciler_resent", "Times the reconciler sent the job's executions "
+                                    "still pending or retrying again (at most RECONCILE['REPUBLISH_LIMIT'] each)",
+                                    labels=["cron_job"])
+        for name, sent in sorted(resent.items()):
+            resends.add_metric([name], sent)
         for name, (counts_by_bucket, seconds) in sorted(per_job.items()):
             cumulative, running = [], 0
             for bound, count in zip((*map(str, BUCKETS), "+Inf"), counts_by_bucket, strict=True):
                 running += count
                 cumulative.append((bound, running))
             durations.add_metric([name], cumulative, seconds)
-        yield from (executions, open_now, lost, fenced, last_success, overdue, failures, paused, durations)
+        yield from (executions, open_now, lost, fenced, last_success, overdue, failures, paused, durations, resends)
         beat = GaugeMetricFamily("cron_beat_heartbeat_age_seconds", "Seconds since the leading beat was seen")
         if beat_age is not None:
             beat.add_metric([], float(beat_age))
@@ -165,6 +178,12 @@ class DatabaseCollector(Collector):
         if passed is not None:
             last_pass.add_metric([], max(0.0, float(passed[0])))
         yield last_pass
+        blind = GaugeMetricFamily("cron_reconciler_broker_unanswered_timestamp_seconds",
+                                  "When a reconciler pass last could not ask the broker where the stranded "
+                                  "executions' messages are (it left them alone)")
+        if unanswered is not None:
+            blind.add_metric([], float(unanswered[0]))
+        yield blind
         interval = GaugeMetricFamily("cron_reconciler_interval_seconds",
                                      "RECONCILE['INTERVAL']: how often each worker runs a pass (0: its timer is off)")
         interval.add_metric([], float(conf.settings.RECONCILE["INTERVAL"]))

@@ -94,6 +94,12 @@ class CronJob(models.Model):
     one_off = models.BooleanField(
         db_default=False, help_text="The periodic task's one_off: after one slot is sent, the job is paused",
     )
+    # A job the code no longer declares (migration 0024): set by the schedule sync of the deploy that
+    # removed it, which retires what it left (``removals``); cleared when the code declares it again.
+    removed_at = models.DateTimeField(
+        null=True, blank=True, help_text="When a deploy found it no longer declared in the code (its edges and "
+                                         "waiting runs were retired then); empty = declared",
+    )
     alert_repeat = models.IntegerField(
         null=True, blank=True, help_text="Seconds between repeated alerts of one incident; empty = once"
     )
@@ -121,6 +127,13 @@ class CronJob(models.Model):
         null=True, blank=True, help_text="When the open incident was last alerted; empty = no alerted incident"
     )
     consecutive_failures = models.IntegerField(default=0)
+    # The too-fast incident (migration 0026), kept like the failures' by the success's final write.
+    too_fast_in_a_row = models.IntegerField(
+        db_default=0, help_text="Successes in a row faster than min_runtime (a failure leaves the count alone)"
+    )
+    too_fast_alerted_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the open too-fast incident was last alerted; empty = none alerted"
+    )
     fenced_count = models.IntegerField(
         db_default=0, help_text="Outcomes not recorded because another worker had taken the run over"
     )

@@ -10,7 +10,8 @@ treatment:
    final check-in, neither of which can change what was recorded.
 
 An execution that did not succeed may end a chain (``after=``): the database skips the downstream
-slots in the same write (``dependencies``). Right after that write, in its transaction, each of
+slots in the same write (``dependencies``); so may a success, whose slot another upstream never runs
+(paused, outside its window, removed from the code). Right after that write, in its transaction, each of
 those skips is handed to the listeners as an outcome of its own (SKIPPED, ``UPSTREAM``, with the
 status that stopped the chain: ``events.Ended.upstream_status``), so a job declared with
 ``alert_on_upstream=True`` alerts with it, and each is announced after the commit. Only an
@@ -62,7 +63,8 @@ def finish(job: registry.Job, job_id: int, execution_id: int, slot: dt.datetime,
     event = events.Ended(job=job, job_id=job_id, execution_id=execution_id, slot=slot, status=status,
                          error_code=error_code, message=message, counted=False, runtime=runtime)
     below: list[events.Ended] = []
-    if events.records(event) or _may_skip_below(job, status):
+    key = (execution_id, fence)
+    if events.records(event) or _may_skip_below(job):
         with transaction.atomic():
             events.record(event)  # before the write: what it reads is the job as it was
             before = finishes.finish_counting(**kwargs)
@@ -70,13 +72,47 @@ def finish(job: registry.Job, job_id: int, execution_id: int, slot: dt.datetime,
                 transaction.set_rollback(True)
             else:
                 below = _record_all(_skipped_below(job, execution_id, status))
+                _keep_unconfirmed(key, (_as_written(event, before), below))  # until the commit answers
+        if before is not None:  # committed and answered (a write tried again writes nothing: it is kept)
+            _unconfirmed.pop(key, None)
     else:
         before = finishes.finish_counting(**kwargs)
     if before is None:
         return False
-    events.ended(dataclasses.replace(event, recovered=status == S.SUCCEEDED and before > 0))
+    events.ended(_as_written(event, before))
     _announce_all(below)
     return True
+
+
+def _as_written(event: events.Ended, before: int) -> events.Ended:
+    """The announcement of a final write that found ``before`` failures in a row."""
+    return dataclasses.replace(event, recovered=event.status == S.SUCCEEDED and before > 0)
+
+
+#: Final writes whose COMMIT was sent but not answered (the connection failed at the commit), by
+#: (execution id, fence): what ``finish`` would have announced, for ``written`` to announce once the
+#: write is found (``finishes.written_by``). A few at most: one per run whose database went away then.
+_unconfirmed: dict[tuple[int, int], tuple[events.Ended, list[events.Ended]]] = {}
+
+
+def _keep_unconfirmed(key: tuple[int, int], announced: tuple[events.Ended, list[events.Ended]]) -> None:
+    while len(_unconfirmed) >= 64:  # runs that gave up on the database never come back for theirs
+        _unconfirmed.pop(next(iter(_unconfirmed)))
+    _unconfirmed[key] = announced
+
+
+def written(job: registry.Job, job_id: int, execution_id: int, slot: dt.datetime, *, fence: int, status: str,
+            error_code: str, message: str) -> None:
+    """A final write tried again found its outcome already written by this claim (its first COMMIT
+    landed, the answer was lost): announce it once, as ``finish`` would have (a recovery is one,
+    and the downstream slots it skipped), when this process still knows what that write found;
+    else the bare announcement (``announce``)."""
+    kept = _unconfirmed.pop((execution_id, fence), None)
+    if kept is None:
+        announce(job, job_id, execution_id, slot, status, error_code, message)
+        return
+    events.ended(kept[0])
+    _announce_all(kept[1])
 
 
 def dead(job: registry.Job | None, **kwargs: Any) -> repairs.Ended | None:
@@ -141,7 +177,7 @@ def revoked(job: registry.Job | None, **kwargs: Any) -> finishes.Revoked | None:
     somebody stopped it on purpose, and the history shows it. The downstream slots it skipped are
     announced even when it had not started."""
     below: list[events.Ended] = []
-    with transaction.atomic() if _may_skip_below(job, S.REVOKED) else contextlib.nullcontext():
+    with transaction.atomic() if _may_skip_below(job) else contextlib.nullcontext():
         ended = finishes.revoke(**kwargs)
         if ended is not None:
             below = _record_all(_skipped_below(job, ended.execution_id, S.REVOKED))
@@ -193,7 +229,7 @@ def unsent(job: registry.Job, execution_id: int, message: str) -> None:
     ``PUBLISH_FAILED``): the downstream slots that closing skipped are recorded in its transaction
     and announced after it, like any upstream's end. The execution itself alerts nobody: the
     person or process that asked was told at once."""
-    with transaction.atomic() if _may_skip_below(job, S.FAILED) else contextlib.nullcontext():
+    with transaction.atomic() if _may_skip_below(job) else contextlib.nullcontext():
         dispatch.abandon(execution_id, message)
         below = _record_all(_skipped_below(job, execution_id, S.FAILED))
     _announce_all(below)
@@ -224,10 +260,11 @@ def announce(job: registry.Job | None, job_id: int, execution_id: int, slot: dt.
 _DECIDES_NOTHING = frozenset({enums.SkipReason.ALREADY_RAN, enums.SkipReason.ALREADY_RUNNING})
 
 
-def _may_skip_below(job: registry.Job | None, status: str) -> bool:
-    """Whether an execution that ended ``status`` may have skipped downstream slots: not a success,
-    of a job that a job declared here runs after (or of a job this process does not know)."""
-    return status != S.SUCCEEDED and (job is None or registry.has_downstream(job.name))
+def _may_skip_below(job: registry.Job | None) -> bool:
+    """Whether an execution that ended ``status`` may have skipped downstream slots: an execution of a
+    job that a job declared here runs after (or of a job this process does not know). A success too:
+    it skips a slot whose other upstream never runs it (paused, outside its window, removed)."""
+    return job is None or registry.has_downstream(job.name)
 
 
 def _skipped_below(job: registry.Job | None, execution_id: int, status: str, *,
@@ -235,7 +272,7 @@ def _skipped_below(job: registry.Job | None, execution_id: int, status: str, *,
     """The downstream slots that the write ending this execution skipped (down the chain), as
     outcomes of their own; no statement when ``_may_skip_below`` says there can be none.
     ``missed``: the execution names the job's slots written MISSED in one statement."""
-    if not _may_skip_below(job, status):
+    if not _may_skip_below(job):
         return []
     if missed:
         return _as_events(dependencies.skipped_below_missed([execution_id]))

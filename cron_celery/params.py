@@ -28,7 +28,7 @@ import typing
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from cron_celery import exceptions
+from cron_celery import exceptions, storable
 
 #: What a stored value is: JSON (a date or a datetime as its ISO string).
 Json = str | int | float | bool | None
@@ -193,8 +193,12 @@ def _checked(param: Param, value: object, tz: dt.tzinfo) -> Json:
         raise ValueError("a value is required (it is not optional)")
     kind = param.kind
     if kind == STR and isinstance(value, str):
+        if problem := storable.json_problem(value):  # NUL, a lone surrogate: jsonb would refuse the row
+            raise ValueError(f"the text cannot be stored: {problem}")
         return value
     if kind == INT and isinstance(value, int) and not isinstance(value, bool):
+        if problem := storable.json_problem(value):
+            raise ValueError(f"the number cannot be stored: {problem}")
         return value
     if kind == FLOAT and isinstance(value, int | float) and not isinstance(value, bool):
         if not math.isfinite(value):
@@ -274,7 +278,7 @@ def parse_text(param: Param, text: str, tz: dt.tzinfo = dt.UTC) -> Json:
         return None
     kind = param.kind
     if kind == STR:
-        return text
+        return _checked(param, text, tz)
     if kind == INT:
         if not re.fullmatch(r"[+-]?[0-9]+", text.strip()):
             raise ValueError(f"expected a whole number, not {text!r}")
@@ -355,7 +359,7 @@ def from_kwargs(params: Iterable[Param], text: str, *, job: str, tz: dt.tzinfo =
     """A periodic task's ``kwargs`` (JSON text; empty is ``{}``) as stored values, every required
     parameter given (a scheduled run has no other source for it)."""
     try:
-        values = json.loads(text or "{}")
+        values = storable.loads(text or "{}")
     except ValueError as error:
         raise exceptions.InvalidParams(f"kwargs is not JSON ({error}).", job=job, field="kwargs") from None
     stored = from_json(params, values, job=job, tz=tz, field="kwargs")

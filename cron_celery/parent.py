@@ -12,8 +12,11 @@ parent can, and does so at once instead of waiting for the lease to expire:
 * otherwise the outcome is final and the message is acknowledged, so a job that kills its
   own process cannot loop.
 
-The attempt is found by the job, this host and the child's pid, so a row another worker
-has taken over since is never touched. When the parent itself dies, the reconciler does
+The attempt is found by the execution the request ran (its ``cron_execution_id`` header, else
+the Celery task id its claim recorded), this worker (``identity.WORKER``: the host and the boot of
+this main process, which its children share) and the child's pid: never by host and pid alone,
+which repeat across pid namespaces (containers with host networking). So a row another worker
+runs, or has taken over since, is never touched. When the parent itself dies, the reconciler does
 the same after the lease expires.
 
 A revoked task (``celery control revoke``/``terminate``, Flower) ends its execution
@@ -36,7 +39,7 @@ from celery.platforms import signals as celery_signals
 from celery.worker.request import Request
 from django.db import DatabaseError, close_old_connections, connection
 
-from cron_celery import enums, jobs, outcomes, registry, repairs, retries, runs, tasks
+from cron_celery import enums, identity, jobs, outcomes, registry, repairs, retries, tasks
 
 logger = logging.getLogger(__name__)
 S = enums.Status
@@ -114,11 +117,10 @@ class CronRequest(Request):
         if job is None or getattr(self, "_cron_revoked", False):
             return False
         self._cron_revoked = True
-        header = self.request_dict.get(tasks.HEADER_EXECUTION)
         try:
             close_old_connections()
             ended = outcomes.revoked(job, job_id=jobs.job_id(job), message=message,
-                                     execution_id=int(header) if header else None, worker=runs.HOSTNAME,
+                                     execution_id=_execution_of(self), task_id=self.id or "", worker=identity.WORKER,
                                      pid=int(self.worker_pid) if self.time_start and self.worker_pid else None)
         except DatabaseError:
             logger.exception("could not record that %s was revoked", job.name)
@@ -137,7 +139,8 @@ class CronRequest(Request):
             close_old_connections()
             ended = outcomes.dead(
                 job, job_id=jobs.job_id(job), status=status, error_code=code, message=message, retry=retry,
-                worker=runs.HOSTNAME, pid=int(self.worker_pid),
+                worker=identity.WORKER, pid=int(self.worker_pid), execution_id=_execution_of(self),
+                task_id=self.id or "",
             )
         except DatabaseError:
             logger.exception("could not record that the process running %s died", job.name)
@@ -148,6 +151,12 @@ class CronRequest(Request):
                            ended.status)
             tasks.send_waiting(self.task.app, job)  # the job's live run is over: a waiting execution may start
         return ended
+
+
+def _execution_of(request: Request) -> int | None:
+    """The execution the request's message names (its ``cron_execution_id`` header), if any."""
+    header = request.request_dict.get(tasks.HEADER_EXECUTION)
+    return int(header) if header else None
 
 
 def _job_of(request: Request) -> registry.Job | None:

@@ -11,6 +11,12 @@ A pass has four steps, each bounded by ``RECONCILE["BATCH"]`` rows:
    catch-up policy: ``all`` sends them again, ``latest`` only if no newer slot of the job
    was dispatched since, ``none`` records them MISSED. Anything else (enqueued, admin,
    retries) is sent again. Each is sent at most ``REPUBLISH_LIMIT`` times, then LOST.
+   First the broker is asked where their messages are (``inflight``): a message still queued or
+   held by a worker is late, not lost, and left alone. When the broker cannot tell (a RabbitMQ
+   backlog) the execution is sent again, spaced and at most ``REPUBLISH_LIMIT`` times, then left
+   waiting (``resends``). When the broker cannot be asked at all (it is down), the pass decides
+   nothing about stranded executions: it logs that, and marks when (``leadership.BROKER_UNANSWERED``,
+   served by ``metrics``).
 3. **Undispatched slots.** A job whose next slot is more than ``MISSED_GRACE`` seconds
    overdue has no running beat. Slots its catch-up policy will not run later are recorded
    MISSED now (the newest one is left for beat under ``latest``; ``all`` waits for beat).
@@ -24,6 +30,10 @@ A pass has four steps, each bounded by ``RECONCILE["BATCH"]`` rows:
    **Late and long runs.** A PENDING execution not started its job's ``start_deadline`` after it
    was due, and a RUNNING one its job's ``max_runtime`` after it started, are marked and alerted
    (LATE, LONG_RUNNING) once each, the mark and the alert rows in one transaction (``timing``).
+
+   **Jobs removed from the code.** First of all (before step 1), what runs of a job removed from the code
+   left since the deploy (``removals.leftovers``): a waiting execution is closed SKIPPED (``REMOVED``),
+   a running one whose lease ran out LOST (``JOB_REMOVED``), neither retried, re-sent nor alerted.
 
 4. **Undelivered alerts.** Alert rows still PENDING ``PENDING_GRACE`` seconds after their
    last delivery attempt (the delivery task was lost) are queued again.
@@ -67,6 +77,7 @@ from django.db import DatabaseError, close_old_connections, connection, transact
 
 from cron_celery import (
     alerts,
+    audit,
     beat,
     conf,
     dependencies,
@@ -76,7 +87,9 @@ from cron_celery import (
     leadership,
     outcomes,
     registry,
+    removals,
     repairs,
+    resends,
     retention,
     schedules,
     tasks,
@@ -99,6 +112,8 @@ class Report:
     lost: int = 0  # attempts whose lease expired (retried or final)
     retried: int = 0  # of those, executions sent again for another attempt
     resent: int = 0  # stranded PENDING or RETRYING executions sent again
+    unanswered: int = 0  # stranded executions left alone: the broker could not be asked where their messages are
+    capped: int = 0  # stranded executions the broker cannot tell about, sent REPUBLISH_LIMIT times: left waiting
     missed: int = 0  # MISSED rows written (stranded or undispatched slots)
     abandoned: int = 0  # executions LOST after REPUBLISH_LIMIT sends
     waiting: int = 0  # late executions whose message is still queued or held by a worker: left alone
@@ -107,6 +122,7 @@ class Report:
     late: int = 0  # executions found not started by their job's start_deadline (alerted LATE)
     long_running: int = 0  # executions found running past their job's max_runtime (alerted LONG_RUNNING)
     tidied: int = 0  # old heartbeat, settled alert and dashboard rollup rows deleted (once an hour)
+    removed: int = 0  # executions of jobs removed from the code closed (``removals.leftovers``): none alerted
 
     def __str__(self) -> str:
         if not self.ran:
@@ -133,15 +149,17 @@ def run_pass(now: dt.datetime | None = None) -> Report:
         return Report(ran=False)
     try:
         report = Report()
+        report.removed = removals.leftovers()  # before the steps below could retry, re-send or alert them
         _expired_leases(report, int(options["BATCH"]))
-        _stranded(report, options)
+        _stranded(report, options, me)
         _undispatched(report, now or leadership.database_now(), options)
         _downstream(report, options)
         report.alerts = alerts.redeliver(float(options["PENDING_GRACE"]), int(options["BATCH"]))
         _tidy(report, int(options["BATCH"]))
         _timing(report, int(options["BATCH"]))
         if (report.lost or report.resent or report.missed or report.abandoned or report.alerts or report.tidied
-                or report.downstream or report.late or report.long_running):
+                or report.downstream or report.late or report.long_running or report.removed
+                or report.unanswered or report.capped):
             logger.warning("cron_celery reconciler: %s", report)
         leadership.mark(leadership.RECONCILED, me)
         return report
@@ -208,10 +226,18 @@ def _expired_leases(report: Report, batch: int) -> None:
             tasks.send_waiting(current_app, job)
 
 
-def _stranded(report: Report, options: dict[str, Any]) -> None:
+def _stranded(report: Report, options: dict[str, Any], me: str) -> None:
     grace = float(options["PENDING_GRACE"])
     rows = repairs.stranded(grace, int(options["BATCH"]))
     verdicts = _where_are({str(row[6]): str(row[7]) for row in rows if row[6]})
+    if verdicts is None:
+        # A broker that cannot be asked is not a broker that lost the messages: after a restart
+        # they arrive. Nothing is recorded, sent or counted; the next pass asks again.
+        report.unanswered += len(rows)
+        logger.warning("cron_celery reconciler: could not ask the broker where the messages of %d stranded "
+                       "execution(s) are: left alone until it answers", len(rows))
+        leadership.mark(leadership.BROKER_UNANSWERED, me)
+        return
     limit = int(options["REPUBLISH_LIMIT"])
     late: list[tuple[dt.datetime, int]] = []
     for (execution_id, job_id, slot, status, trigger, republished, task_id, task_name, catch_up, waits,
@@ -223,10 +249,21 @@ def _stranded(report: Report, options: dict[str, Any]) -> None:
                 report.waiting += 1
                 late.append((created_at, execution_id))
             continue
-        if verdict == inflight.UNKNOWN or waits:
-            # The broker cannot tell (a RabbitMQ queue with a backlog), or the execution was
-            # asked for and waited its turn: send it again, never give it up — the claim runs it
-            # once, whichever copy arrives first.
+        if verdict == inflight.UNKNOWN:
+            # The broker cannot tell (a RabbitMQ queue with a backlog): send it again, each time
+            # after a longer gap and at most ``limit`` times, then leave it waiting; never give it
+            # up for that. The claim runs it once, whichever copy arrives first.
+            if republished >= limit:
+                if resends.held(execution_id, republished, grace):
+                    report.capped += 1
+                continue
+            if _send(task_name, execution_id, slot, trigger, task_id or None) and resends.counted(
+                    execution_id, republished, grace):
+                report.resent += 1
+            continue
+        if waits:
+            # Asked for, it waited its turn and its message is gone (dropped when it waited): send
+            # it again, never give it up. The claim runs it once.
             if _send(task_name, execution_id, slot, trigger, task_id or None) and repairs.mark_late(execution_id):
                 report.resent += 1
             continue
@@ -258,10 +295,14 @@ def _stranded(report: Report, options: dict[str, Any]) -> None:
         logger.warning("cron_celery reconciler: %d execution(s) not started yet but still queued or held by a "
                        "worker (the oldest, execution %s, since %s): a backlog, or a queue no worker consumes",
                        len(late), execution_id, oldest.isoformat())
+    if report.capped:
+        logger.warning("cron_celery reconciler: %d execution(s) sent %d times already while the broker cannot tell "
+                       "where their messages are (a backlog?): left waiting, not sent again", report.capped, limit)
 
 
-def _where_are(task_names: dict[str, str]) -> dict[str, str]:
-    """Where the messages of these task ids (task id -> task name) are: ``inflight`` verdicts.
+def _where_are(task_names: dict[str, str]) -> dict[str, str] | None:
+    """Where the messages of these task ids (task id -> task name) are: ``inflight`` verdicts;
+    None when the broker could not be asked (down, refusing), at either look.
 
     A message is taken for gone only when two looks a moment apart both miss it (the second
     where workers hold messages: one may have been taken off its queue in between). On a
@@ -279,9 +320,9 @@ def _where_are(task_names: dict[str, str]) -> dict[str, str]:
         if gone:
             time.sleep(0.2)
             first.update(inflight.locate(current_app, gone, held_only=True) or {})
-    except Exception as error:  # the broker is down: nothing can be on its way through it
+    except Exception as error:  # the broker is down: its queues may come back with it
         logger.warning("reconciler could not look for queued messages: %s", error)
-        return {}
+        return None
     return first
 
 
@@ -349,6 +390,8 @@ def _worker_ready(**kwargs: Any) -> None:
     global _timer
     try:  # the edges of after= as this worker's code declares them (the beat writes them too)
         dependencies.sync(registry.all_jobs())
+        # and the jobs it no longer declares retired, before its first pass could re-send what they left
+        removals.sync(registry.all_jobs(), source=audit.DECLARED)
     except DatabaseError as error:
         logger.warning("could not write the jobs' dependencies (after=) at worker start: %s", error)
         connection.close()

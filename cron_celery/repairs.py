@@ -36,6 +36,14 @@ def newest_missed(job_ids: list[int]) -> list[tuple[int, int, dt.datetime]]:
         return [(int(row[0]), int(row[1]), row[2]) for row in cursor.fetchall()]
 
 
+def ran_by_request() -> str:
+    """The condition that an execution is the one a worker's request ran: its ``cron_execution_id``
+    header (``%(id)s``), else, for a message without the headers, its Celery task id (``%(task)s``),
+    which the claim recorded. Never the host and pid alone: pids repeat across pid namespaces."""
+    return (f"({EXE}.id = %(id)s::bigint OR (%(id)s::bigint IS NULL AND %(task)s::text <> ''"
+            f" AND {EXE}.celery_task_id = %(task)s::text))")
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Ended:
     """An attempt ended by ``end_dead_attempts``, and where its execution stands now."""
@@ -58,20 +66,24 @@ def end_dead_attempts(
     worker: str = "",
     pid: int | None = None,
     execution_id: int | None = None,
+    task_id: str = "",
 ) -> Ended | None:
     """The process running an attempt of this job is gone (killed, timed out, vanished).
 
-    The attempt is the job's RUNNING execution run by ``worker``/``pid`` (the worker's
-    parent saw its child die), or execution ``execution_id`` once its lease has expired
-    (the reconciler). It ends with ``status`` (LOST or TIMED_OUT) in the history. If
-    ``retry`` and the job's row allows another attempt, the execution becomes RETRYING, due
-    now; otherwise it ends with ``status`` and counts as a failure of the job. None when
-    nothing matched (it already ended, or another worker owns it now).
+    With ``worker`` (the worker's parent saw its child die): the execution that child ran — the
+    request's execution (``execution_id``, its header) or, for a message without the headers, the
+    one its claim recorded under the request's Celery task id (``task_id``) — while it is still
+    RUNNING by that worker (``identity.WORKER``: host and boot) and pid. Without ``worker`` (the
+    reconciler): execution ``execution_id`` once its lease has expired. It ends with ``status``
+    (LOST or TIMED_OUT) in the history. If ``retry`` and the job's row allows another attempt, the
+    execution becomes RETRYING, due now; otherwise it ends with ``status`` and counts as a failure
+    of the job. None when nothing matched (it already ended, another worker owns it now, or the
+    request named no execution).
     """
-    if execution_id is not None:
-        condition = f"{EXE}.id = %(id)s AND {EXE}.lease_until < now()"
+    if worker:
+        condition = f"{EXE}.worker = %(worker)s AND {EXE}.pid = %(pid)s AND {ran_by_request()}"
     else:
-        condition = f"{EXE}.worker = %(worker)s AND {EXE}.pid = %(pid)s"
+        condition = f"{EXE}.id = %(id)s AND {EXE}.lease_until < now()"
     again = f"(%(retry)s AND {EXE}.retry_count < j.max_retries)"
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(
@@ -98,7 +110,7 @@ def end_dead_attempts(
             SELECT * FROM e ORDER BY id LIMIT 1
             """,
             {"job": job_id, "id": execution_id, "status": status, "code": error_code,
-             "message": message[:1000], "retry": retry, "worker": worker, "pid": pid},
+             "message": message[:1000], "retry": retry, "worker": worker, "pid": pid, "task": task_id},
         )
         row = cursor.fetchone()
     if row is None:

@@ -12,7 +12,6 @@ import logging
 import math
 import os
 import re
-import socket
 import threading
 import time
 import traceback as tb
@@ -24,12 +23,14 @@ from celery.exceptions import SoftTimeLimitExceeded
 from django.db import DatabaseError, DataError, InterfaceError, OperationalError, connection, transaction
 
 from cron_celery import (
+    callers,
     claims,
     conf,
     enums,
     exceptions,
     executions,
     finishes,
+    identity,
     jobs,
     leases,
     limits,
@@ -46,7 +47,6 @@ logger = logging.getLogger(__name__)
 #: Marks the record of a run's outcome (``run_cron_task`` prints the outcome itself).
 OUTCOME = "cron_outcome"
 S = enums.Status
-HOSTNAME = socket.gethostname()
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -221,8 +221,8 @@ def _record(job: registry.Job, claim: claims.Claim, slot: dt.datetime, *, countd
             status: str, message: str, error_code: str, traceback: str,
             result: Any, runtime: float | None = None) -> str | bool:
     """Write the attempt's outcome: ``RETRYING`` if ``countdown`` is given and the job's row allows
-    another attempt, else the final outcome (True; False when fenced). Inside a transaction
-    (an in-process call) it runs in a savepoint, so a refused write leaves the transaction usable."""
+    another attempt, else the final outcome (True; False when fenced). Inside a transaction (an
+    in-process call in a test case's) it runs in a savepoint: a refused write leaves it usable."""
     assert claim.execution_id is not None and claim.fence is not None
     with transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext():
         if countdown is not None and finishes.retry(
@@ -252,7 +252,7 @@ def _reconnected(error: Exception, deadline: float, pause: float) -> bool:
     lost (the server restarted, or ended this session: no SQLSTATE, class 08, or 57P01-03;
     never a statement's own error such as a deadlock or a timeout) and there is time left to
     try again. A broken connection is closed first, so the next statement opens a new one.
-    Inside a transaction (an in-process call in a caller's ``atomic``) nothing is tried again."""
+    Inside a transaction (an in-process call in a test case's transaction) nothing is tried again."""
     if connection.in_atomic_block:
         return False
     state = getattr(error.__cause__, "sqlstate", None)
@@ -306,7 +306,7 @@ def _begin(
     for refresh in (False, True):
         try:
             return claims.begin(job=job, job_id=jobs.job_id(job, refresh=refresh), slot=slot,
-                                execution_date=execution_date, worker=HOSTNAME, pid=os.getpid(),
+                                execution_date=execution_date, worker=identity.WORKER, pid=os.getpid(),
                                 **options)
         except claims.JobRowMissing:  # a flushed database: recreate the row once
             if refresh:
@@ -325,7 +325,7 @@ def _claim(job: registry.Job, slot: dt.datetime, execution_date: dt.date, execut
     claim, retried = _reconnecting(lambda: _begin(job, slot, execution_date, execution_id=execution_id, **options),
                                    "claiming the run", extra)
     if retried and claim.outcome == claims.DUPLICATE and claim.status_seen == S.RUNNING:
-        mine = claims.own_claim(execution_id, HOSTNAME, os.getpid())
+        mine = claims.own_claim(execution_id, identity.WORKER, os.getpid())
         if mine is not None:
             return mine
     return claim
@@ -355,6 +355,7 @@ def execute(
     a run with parameters a person gave (its own execution; see ``claims.begin``). A value that no
     longer fits the job's parameters fails the run (``INVALID_PARAMS``), without calling the body.
     """
+    callers.refuse_in_transaction(job.name)  # before anything is locked or written
     tz = job.tzinfo
     execution_date = schedules.execution_date(slot, tz)
     lease = conf.settings.LEASE_SECONDS
@@ -434,8 +435,9 @@ def execute(
         cancelled=cancelled, params=types.MappingProxyType(values),
     )
     outcomes.started(job, claim.execution_id, slot, claim.retry_count + 1)
-    leases.track(claim.execution_id, claim.fence, lease, cancelled, extra,
-                 job_lock if lock_state == locks.HELD else None)
+    if not callers.in_test_transaction():  # there, no other session sees the row: nothing to renew, nobody to take it
+        leases.track(claim.execution_id, claim.fence, lease, cancelled, extra,
+                     job_lock if lock_state == locks.HELD else None)
     if shutdown.requested.is_set():
         cancelled.set()
     error: BaseException | None = None
@@ -485,7 +487,8 @@ def execute(
             # A commit whose answer was lost with the connection may have written it already.
             written = finishes.written_by(claim.execution_id, claim.fence, status, retrying=countdown is not None)
             if written is True:
-                outcomes.announce(job, jobs.job_id(job), claim.execution_id, slot, status, code, message)
+                outcomes.written(job, jobs.job_id(job), claim.execution_id, slot, fence=claim.fence, status=status,
+                                 error_code=code, message=message)
     except DatabaseError:
         logger.exception("could not record the outcome of execution %s", claim.execution_id,
                          extra=extra)

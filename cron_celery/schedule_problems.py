@@ -17,13 +17,26 @@ import functools
 import logging
 
 from django.db import connection, transaction
-from django_celery_beat.models import IntervalSchedule
+from django.db.models import F
+from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
-from cron_celery import alerts, audit, exceptions, models, params, registry, schedules
+from cron_celery import (
+    alerts,
+    audit,
+    edit_writes,
+    exceptions,
+    executions,
+    models,
+    params,
+    registry,
+    schedules,
+    storable,
+)
 
 logger = logging.getLogger(__name__)
 
 JOB = models.CronJob._meta.db_table
+TASK = PeriodicTask._meta.db_table
 
 _PERIOD_SECONDS = {
     IntervalSchedule.DAYS: 86400, IntervalSchedule.HOURS: 3600,
@@ -90,13 +103,55 @@ def read_kwargs(code: str, kwargs: str | None, stored: dict[str, object] | None
         return stored, "", True
     try:
         values = params.from_kwargs(job.parameters, kwargs or "{}", job=job.name, tz=job.tzinfo)
-    except exceptions.InvalidParams as error:
+    except Exception as error:  # InvalidParams, or whatever else the text holds: this job's problem only
+        if not isinstance(error, exceptions.InvalidParams):
+            error = exceptions.InvalidParams(f"{type(error).__name__}: {error}"[:500], job=job.name, field="kwargs")
         try:
             params.resolve(job.parameters, stored, job=job.name, tz=job.tzinfo)
         except exceptions.InvalidParams:
             return stored, f"kwargs: {error}", False
         return stored, f"kwargs: {error}", True
     return (dict(values) if values else None), "", True
+
+
+def recheck_params() -> int:
+    """At a sync (a beat's start, ``sync_cron_schedules``), after a deploy may have changed the
+    jobs' parameters: mark for ``apply_edits`` each linked job whose periodic task's kwargs no
+    longer read as the values on its row, or whose refusal is new or gone. Jobs with default
+    kwargs, no values and no parameters are not even read. Returns how many were marked."""
+    with_parameters = [job.code for job in registry.all_jobs() if job.parameters]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            SELECT job.id, job.code, task.kwargs, job.params, job.schedule_problem
+            FROM {JOB} AS job JOIN {TASK} AS task ON task.id = job.periodic_task_id
+            WHERE task.kwargs NOT IN ('', '{{}}') OR job.params IS NOT NULL OR job.code = ANY(%s)
+            """,
+            [with_parameters],
+        )
+        rows = cursor.fetchall()
+    marked = []
+    for job_id, code, kwargs, stored, known_problem in rows:
+        before = executions.loaded(stored)
+        values, refused, _runnable = read_kwargs(code, kwargs, before)
+        if (refused not in known_problem) if refused else (values != before or "kwargs: " in known_problem):
+            marked.append(job_id)
+    if marked:
+        models.CronJob.objects.filter(id__in=marked).update(schedule_version=F("schedule_version") + 1)
+    return len(marked)
+
+
+def refuse_past_the_end(next_at: dt.datetime | None, opens: dt.datetime | None, jitter_ms: int) -> None:
+    """``InvalidSchedule`` when the job would fall due after the calendar's end: its next slot, or
+    its window's start, plus its jitter (``due_at``) is past 9999-12-31."""
+    latest = max((moment for moment in (next_at, opens) if moment is not None), default=None)
+    if latest is None:
+        return
+    try:
+        latest + dt.timedelta(milliseconds=jitter_ms)
+    except OverflowError:
+        raise exceptions.InvalidSchedule(f"{schedules.iso(latest)} plus its jitter ({jitter_ms} ms) is after the "
+                                         "calendar ends", value=schedules.iso(latest)) from None
 
 
 def previous_next(stored: str, stored_tz: str, now: dt.datetime) -> dt.datetime | None:
@@ -107,6 +162,19 @@ def previous_next(stored: str, stored_tz: str, now: dt.datetime) -> dt.datetime 
         return schedules.parse_expression(stored, stored_tz or None).next_after(now)
     except Exception:  # a stored schedule nothing can plan: the job waits for a usable edit
         return None
+
+
+def unreadable(kept: edit_writes.Update, *, code: str, name: str, known: str, error: Exception
+               ) -> tuple[edit_writes.Update, Problem | None]:
+    """A job whose edit could not even be read (``kept``: its row as it is): it keeps everything it
+    had, the edit is marked seen, the reason stored and logged, and alerted when it is new."""
+    reason = str(error) if isinstance(error, exceptions.CronCeleryError) else f"{type(error).__name__}: {error}"
+    problem = storable.shown(f"the edit cannot be applied: {reason}")[:2000]
+    logger.error("cron job %s: its periodic task's edit cannot be applied (%s); keeping %r until it is fixed",
+                 name, problem, kept.schedule)
+    found = None if problem == known else Problem(code=code, name=name, problem=problem,
+                                                  kept=f"keeping {kept.schedule!r}")
+    return dataclasses.replace(kept, problem=problem), found
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -5,7 +5,7 @@ Every scheduled job gets a ``PeriodicTask`` (with its ``CrontabSchedule`` or
 and by ``manage.py sync_cron_schedules``) writes the code's schedule there only when the
 declaration changed since the last sync (``declaration_hash``), so an edit made in the
 admin survives restarts until the code itself changes. Jobs gone from the code are
-unlinked and their periodic task disabled, never deleted.
+unlinked and their periodic task disabled, never deleted; what they left is retired (``removals``).
 
 Database triggers (migration 0003) bump ``CronJob.schedule_version`` on any edit of a
 linked periodic task or of its schedule row; ``apply_edits()`` re-reads just those jobs,
@@ -21,20 +21,22 @@ import datetime as dt
 import hashlib
 import json
 import logging
+from typing import Any
 
 from django.db import IntegrityError, connection, transaction
-from django.db.models import F
 from django.utils import timezone
 from django_celery_beat.models import CrontabSchedule, IntervalSchedule, PeriodicTask, PeriodicTasks
 
 from cron_celery import (
     audit,
     dependencies,
+    edit_writes,
     exceptions,
     executions,
     jobs,
     models,
     registry,
+    removals,
     schedule_problems,
     schedules,
 )
@@ -134,6 +136,7 @@ def sync(now: dt.datetime | None = None, *, source: str = audit.DEPLOY_SYNC) -> 
     declared = {job.code: job for job in registry.all_jobs() if job.schedule is not None}
     job_ids = jobs.refresh_job_ids(list(declared.values()))
     dependencies.sync(registry.all_jobs())  # the edges of after=, and the downstream jobs' rows
+    report.disabled += removals.sync(registry.all_jobs(), source=source).disabled  # gone from the code: retired
     known = {
         row["code"]: row
         for row in models.CronJob.objects.values("id", "code", "periodic_task_id", "declaration_hash")
@@ -162,7 +165,7 @@ def sync(now: dt.datetime | None = None, *, source: str = audit.DEPLOY_SYNC) -> 
             models.CronJob.objects.filter(id=row["id"]).update(periodic_task=None, next_run_at=None)
             PeriodicTask.objects.filter(id=row["periodic_task_id"]).update(enabled=False)
         report.disabled.append(row["code"])
-    if stale or fresh:
+    if stale or fresh or report.disabled:
         PeriodicTasks.update_changed()  # bulk writes send no signals: tell django-celery-beat
     recheck_params()
     # Jobs no longer scheduled by anyone never fall due.
@@ -250,16 +253,19 @@ def apply_edits(now: dt.datetime | None = None, limit: int = 1000) -> int:
     slots are not caught up).
 
     An edit that cannot drive the job (it never fires, a solar or clocked schedule, a field
-    or timezone that does not parse, an interval under a second...) is refused for that job
-    alone: the job keeps its previous schedule and next slot — or, with none, is paused —
-    and the reason is stored in ``schedule_problem`` (the dashboard shows it), logged, and
-    alerted on the job's failure channels once per new reason. A usable edit clears it.
+    or timezone that does not parse, an interval under a second, a window that opens past the
+    calendar's last slot...) is refused for that job alone: the job keeps its previous schedule
+    and next slot — or, with none, is paused — and the reason is stored in ``schedule_problem``
+    (the dashboard shows it), logged, and alerted on the job's failure channels once per new
+    reason. A usable edit clears it. Each edit is applied on its own: whatever one job's edit
+    holds, reading it or writing its row (``edit_writes``) fails for that job only.
 
     The periodic task's ``kwargs`` are the values of the job's scheduled runs: checked against
     the job's parameters and copied to its row (``params``), which the beat's dispatch writes on
     every execution it inserts. Refused kwargs (not JSON, a name the job does not declare, a value
-    that does not fit, a required parameter left out) go the same way: the job keeps its previous
-    values — or, with none that can run, is paused — and the reason is stored and alerted.
+    that does not fit or that PostgreSQL cannot store, a required parameter left out) go the same
+    way: the job keeps its previous values — or, with none that can run, is paused — and the
+    reason is stored and alerted.
     """
     now = now or timezone.now()
     with connection.cursor() as cursor:
@@ -269,7 +275,7 @@ def apply_edits(now: dt.datetime | None = None, limit: int = 1000) -> int:
                    task.enabled, c.minute, c.hour, c.day_of_month, c.month_of_year, c.day_of_week,
                    c.timezone, i.every, i.period, job.name, job.timezone, job.code, job.schedule_problem,
                    task.start_time, task.expires, coalesce(task.one_off, false), job.active_from, job.active_until,
-                   task.kwargs, job.params
+                   task.kwargs, job.params, job.jitter_ms
             FROM {JOB} AS job
             LEFT JOIN {TASK} AS task ON task.id = job.periodic_task_id
             LEFT JOIN {CRONTAB} AS c ON c.id = task.crontab_id
@@ -280,130 +286,117 @@ def apply_edits(now: dt.datetime | None = None, limit: int = 1000) -> int:
             [limit],
         )
         rows = cursor.fetchall()
-    updates: list[tuple[int, int, str, str, bool, dt.datetime | None, str, bool | None,
-                        dt.datetime | None, dt.datetime | None, bool, str | None]] = []
+    updates: list[edit_writes.Update] = []
     readings: dict[tuple[object, object], schedule_problems.Reading] = {}  # thousands of jobs share a few schedules
     raised: dict[int, schedule_problems.Problem] = {}
-    for (job_id, version, stored, stored_tz, next_run_at, enabled, minute, hour, dom, moy, dow, tz,
-         every, period, name, job_tz, code, known_problem, opens, closes, one_off, opened, closed,
-         kwargs, stored_params) in rows:
-        schedule_text, schedule_tz, problem = stored, stored_tz, ""
-        move, next_at, paused = False, next_run_at, None  # paused None: leave the flag as it is
-        # The kwargs are the values of the job's scheduled runs: checked here, or refused for this job
-        # alone (it keeps the values it had; with none that can run it, it is paused until fixed).
-        new_params, refused, runnable = executions.loaded(stored_params), "", True
-        if enabled is not None:
-            new_params, refused, runnable = schedule_problems.read_kwargs(code, kwargs,
-                                                                          executions.loaded(stored_params))
-        window_edited = enabled is not None and (opens, closes) != (opened, closed)
-        if window_edited:
-            logger.info("cron job %s: active window %s to %s", name, _iso_or_none(opens), _iso_or_none(closes))
-        if enabled is not None:
-            crontab = (minute, hour, dom, moy, dow, str(tz or "")) if minute is not None else None
-            interval = (every, period) if every is not None else None
-            if (crontab, interval) not in readings:
-                readings[crontab, interval] = schedule_problems.read_schedule(crontab, interval, now)
-            reading = readings[crontab, interval]
-            if reading.schedule is not None:
-                effective = reading.schedule
-                schedule_text = effective.expression
-                schedule_tz = effective.timezone if isinstance(effective, schedules.Cron) else job_tz
-                changed = (schedule_text, schedule_tz) != (stored, stored_tz)
-                if enabled and (changed or next_run_at is None or window_edited):
-                    # A new window starts the job afresh, like a resume: slots outside the old window
-                    # are not caught up when the new one takes them in.
-                    move, next_at = True, opening(effective, reading.first, opens)
-                    if stored and changed:  # an edit, not a job's first schedule
-                        logger.info("cron job %s: schedule %s; next slot %s", name, effective,
-                                    schedules.iso(next_at) if next_at else "-")
-                if known_problem and not refused:
-                    logger.warning("cron job %s: its schedule can drive it again (%s)", name, effective)
-            else:
-                problem = reading.problem
-                if enabled and next_run_at is None:  # resumed, or never scheduled: the previous schedule
-                    move, next_at = True, schedule_problems.previous_next(stored, stored_tz, now)
-            schedule_refused = bool(problem)
-            if refused:
-                problem = f"{problem}; {refused}" if problem else refused
-                if not runnable:
-                    move, next_at = True, None
-            if not enabled:
-                move, next_at = True, None
-            paused = not enabled or (bool(problem) and next_at is None)
-            if problem:
-                keeping = [f"keeping {stored!r}"] if schedule_refused else []
-                keeping += ["keeping its previous parameters"] if refused else []
-                kept = "disabled" if not enabled else "paused" if next_at is None else ", ".join(keeping)
-                logger.error("cron job %s: its periodic task's schedule cannot drive it (%s); %s until it is fixed",
-                             name, problem, kept)
-                if problem != known_problem:
-                    raised[job_id] = schedule_problems.Problem(code=code, name=name, problem=problem, kept=kept)
-        linked = enabled is not None  # without a periodic task (after=, or gone from the code) the window stays
-        updates.append((job_id, version, schedule_text, schedule_tz or "", move, next_at, problem, paused,
-                        opens if linked else opened, closes if linked else closed, bool(one_off) and linked,
-                        None if new_params is None else json.dumps(new_params)))
-    written: set[int] = set()
-    if updates:
-        with transaction.atomic(), connection.cursor() as cursor:
-            # The copies below are no schedule change of the audit log (recorded at the periodic task),
-            # but for a pause decided here: an edit that cannot drive the job, or a usable one again.
-            audit.set_author(source=audit.EDIT_TAKEN_IN, cursor=cursor, keep=True)
-            cursor.execute(
-                f"""
-                UPDATE {JOB} AS job
-                   SET schedule = d.schedule, schedule_timezone = d.tz, schedule_seen = d.version,
-                       next_run_at = CASE WHEN d.move THEN d.next_run_at ELSE job.next_run_at END,
-                       schedule_problem = d.problem, paused = coalesce(d.paused, job.paused),
-                       active_from = d.opens, active_until = d.closes, one_off = d.one_off, params = d.params::jsonb
-                  FROM unnest(%s::bigint[], %s::bigint[], %s::text[], %s::text[], %s::boolean[],
-                              %s::timestamptz[], %s::text[], %s::boolean[], %s::timestamptz[],
-                              %s::timestamptz[], %s::boolean[], %s::text[])
-                       AS d(job_id, version, schedule, tz, move, next_run_at, problem, paused, opens, closes, one_off,
-                            params)
-                 WHERE job.id = d.job_id AND job.schedule_version = d.version
-                RETURNING job.id
-                """,
-                [list(column) for column in zip(*updates, strict=True)],
-            )
-            written = {int(row[0]) for row in cursor.fetchall()}
-    schedule_problems.alert([found for job_id, found in raised.items() if job_id in written])
-    if written:
-        note_downstream(sorted(written))
+    names = {int(row[0]): (row[16], row[14], row[17]) for row in rows}  # id: code, name, known problem
+    for row in rows:
+        try:
+            update, found = _taken_in(row, readings, now)
+        except Exception as error:  # whatever the edit holds, it must stop this job only: it keeps what it had
+            kept = executions.loaded(row[24])
+            update, found = schedule_problems.unreadable(edit_writes.Update(
+                job_id=row[0], version=row[1], schedule=row[2], tz=row[3] or "", move=False, next_run_at=row[4],
+                problem="", paused=None, opens=row[21], closes=row[22], one_off=None,
+                params=None if kept is None else json.dumps(kept)), code=row[16], name=row[14], known=row[17],
+                error=error)
+        updates.append(update)
+        if found is not None:
+            raised[update.job_id] = found
+    written = edit_writes.write(updates)
+    for job_id, problem in written.refused.items():
+        code, name, known = names[job_id]
+        logger.error("cron job %s: its edit could not be stored (%s); keeping its previous schedule until it is "
+                     "fixed", name, problem)
+        if problem != known:
+            raised[job_id] = schedule_problems.Problem(code=code, name=name, problem=problem,
+                                                       kept="keeping its previous schedule")
+    schedule_problems.alert([found for job_id, found in raised.items()
+                             if job_id in written.ids or job_id in written.refused])
+    if written.ids:
+        note_downstream(sorted(written.ids))
     return len(rows)
 
 
-def recheck_params() -> int:
-    """At a sync (a beat's start, ``sync_cron_schedules``), after a deploy may have changed the
-    jobs' parameters: mark for ``apply_edits`` each linked job whose periodic task's kwargs no
-    longer read as the values on its row, or whose refusal is new or gone. Jobs with default
-    kwargs, no values and no parameters are not even read. Returns how many were marked."""
-    with_parameters = [job.code for job in registry.all_jobs() if job.parameters]
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"""
-            SELECT job.id, job.code, task.kwargs, job.params, job.schedule_problem
-            FROM {JOB} AS job JOIN {TASK} AS task ON task.id = job.periodic_task_id
-            WHERE task.kwargs NOT IN ('', '{{}}') OR job.params IS NOT NULL OR job.code = ANY(%s)
-            """,
-            [with_parameters],
-        )
-        rows = cursor.fetchall()
-    marked = []
-    for job_id, code, kwargs, stored, known_problem in rows:
-        before = executions.loaded(stored)
-        values, refused, _runnable = schedule_problems.read_kwargs(code, kwargs, before)
-        if (refused not in known_problem) if refused else (values != before or "kwargs: " in known_problem):
-            marked.append(job_id)
-    if marked:
-        models.CronJob.objects.filter(id__in=marked).update(schedule_version=F("schedule_version") + 1)
-    return len(marked)
+def _taken_in(row: tuple[Any, ...], readings: dict[tuple[object, object], schedule_problems.Reading],
+              now: dt.datetime) -> tuple[edit_writes.Update, schedule_problems.Problem | None]:
+    """One edited job's row as its edit leaves it, and its problem if that is new."""
+    (job_id, version, stored, stored_tz, next_run_at, enabled, minute, hour, dom, moy, dow, tz,
+     every, period, name, job_tz, code, known_problem, opens, closes, one_off, opened, closed,
+     kwargs, stored_params, jitter_ms) = row
+    schedule_text, schedule_tz, problem = stored, stored_tz, ""
+    move, next_at, paused = False, next_run_at, None  # paused None: leave the flag as it is
+    found = None
+    # The kwargs are the values of the job's scheduled runs: checked here, or refused for this job
+    # alone (it keeps the values it had; with none that can run it, it is paused until fixed).
+    new_params, refused, runnable = executions.loaded(stored_params), "", True
+    if enabled is not None:
+        new_params, refused, runnable = schedule_problems.read_kwargs(code, kwargs, executions.loaded(stored_params))
+    window_edited = enabled is not None and (opens, closes) != (opened, closed)
+    if window_edited:
+        logger.info("cron job %s: active window %s to %s", name, _iso_or_none(opens), _iso_or_none(closes))
+    if enabled is not None:
+        crontab = (minute, hour, dom, moy, dow, str(tz or "")) if minute is not None else None
+        interval = (every, period) if every is not None else None
+        if (crontab, interval) not in readings:
+            readings[crontab, interval] = schedule_problems.read_schedule(crontab, interval, now)
+        reading = readings[crontab, interval]
+        if reading.schedule is not None:
+            effective = reading.schedule
+            schedule_text = effective.expression
+            schedule_tz = effective.timezone if isinstance(effective, schedules.Cron) else job_tz
+            changed = (schedule_text, schedule_tz) != (stored, stored_tz)
+            if enabled and (changed or next_run_at is None or window_edited):
+                # A new window starts the job afresh, like a resume: slots outside the old window
+                # are not caught up when the new one takes them in.
+                move, next_at = True, opening(effective, reading.first, opens)
+                if stored and changed:  # an edit, not a job's first schedule
+                    logger.info("cron job %s: schedule %s; next slot %s", name, effective,
+                                schedules.iso(next_at) if next_at else "-")
+            if known_problem and not refused:
+                logger.warning("cron job %s: its schedule can drive it again (%s)", name, effective)
+        else:
+            problem = reading.problem
+            if enabled and next_run_at is None:  # resumed, or never scheduled: the previous schedule
+                move, next_at = True, schedule_problems.previous_next(stored, stored_tz, now)
+        schedule_refused = bool(problem)
+        if refused:
+            problem = f"{problem}; {refused}" if problem else refused
+            if not runnable:
+                move, next_at = True, None
+        if not enabled:
+            move, next_at = True, None
+        paused = not enabled or (bool(problem) and next_at is None)
+        if problem:
+            keeping = [f"keeping {stored!r}"] if schedule_refused else []
+            keeping += ["keeping its previous parameters"] if refused else []
+            kept = "disabled" if not enabled else "paused" if next_at is None else ", ".join(keeping)
+            logger.error("cron job %s: its periodic task's schedule cannot drive it (%s); %s until it is fixed",
+                         name, problem, kept)
+            if problem != known_problem:
+                found = schedule_problems.Problem(code=code, name=name, problem=problem, kept=kept)
+    linked = enabled is not None  # without a periodic task (after=, or gone from the code) the window stays
+    schedule_problems.refuse_past_the_end(next_at, opens if linked else None, jitter_ms)
+    return edit_writes.Update(
+        job_id=job_id, version=version, schedule=schedule_text, tz=schedule_tz or "", move=move, next_run_at=next_at,
+        problem=problem, paused=paused, opens=opens if linked else opened, closes=closes if linked else closed,
+        one_off=bool(one_off) and linked, params=None if new_params is None else json.dumps(new_params)), found
+
+
+#: At a sync, the jobs whose periodic task's kwargs no longer read as their values (``schedule_problems``).
+recheck_params = schedule_problems.recheck_params
 
 
 def opening(schedule: schedules.Schedule, first: dt.datetime | None, opens: dt.datetime | None) -> dt.datetime | None:
-    """The job's next slot: ``first``, or the first slot of its window when that opens later."""
+    """The job's next slot: ``first``, or the first slot of its window when that opens later.
+    ``InvalidSchedule`` when the window opens after the calendar's last slot (9999-12-31)."""
     if first is None or opens is None or first >= opens:
         return first
-    return schedule.next_after(opens - dt.timedelta(microseconds=1))
+    try:
+        return schedule.next_after(opens - dt.timedelta(microseconds=1))
+    except exceptions.InvalidSchedule:
+        raise exceptions.InvalidSchedule(f"its window opens at {schedules.iso(opens)}, and the schedule has no slot "
+                                         "after that before the calendar ends", value=schedule.expression) from None
 
 
 def note_downstream(edited: list[int] | None = None) -> None:
@@ -437,7 +430,11 @@ def slot_for(job: registry.Job, day: str | None = None, at: str | None = None) -
                 f"{job.timezone}, not on {day}.", value=at)
         return slot
     date = schedules.parse_date(day) if day else dt.datetime.now(job.tzinfo).date()
-    first = slots_of(job).first_slot_on(date)
+    try:
+        first = slots_of(job).first_slot_on(date)
+    except (exceptions.InvalidSchedule, *schedules.CALENDAR_ERRORS):  # at either end of the calendar
+        raise exceptions.InvalidSlot(f"job {job.name!r} has no slot on {date} {schedules.OUTSIDE}.",
+                                     value=day or str(date)) from None
     if first is None:
         raise exceptions.InvalidSlot(
             f"job {job.name!r} has no slot on {date} ({job.schedule}); name one with --at.",

@@ -12,6 +12,11 @@ import zoneinfo
 from cron_celery import exceptions
 
 UTC = dt.UTC
+#: Said of a time that Python's datetimes cannot hold, in UTC or in the job's timezone.
+OUTSIDE = "outside the calendar (years 1 to 9999, in UTC and in the job's timezone)"
+#: What date arithmetic past year 1 or 9999 raises (``date value out of range``, ``year 10000 is out of range``).
+CALENDAR_ERRORS = (OverflowError, ValueError)
+_DAWN = dt.datetime.min.replace(tzinfo=UTC)
 
 
 def floor_minute(moment: dt.datetime) -> dt.datetime:
@@ -20,7 +25,10 @@ def floor_minute(moment: dt.datetime) -> dt.datetime:
 
 def slot_for_date(day: dt.date, tz: zoneinfo.ZoneInfo) -> dt.datetime:
     """The slot a run "for a date" stands for: local midnight of that date, in UTC."""
-    return dt.datetime.combine(day, dt.time(0), tzinfo=tz).astimezone(UTC)
+    try:
+        return dt.datetime.combine(day, dt.time(0), tzinfo=tz).astimezone(UTC)
+    except CALENDAR_ERRORS:
+        raise exceptions.InvalidSlot(f"its midnight in {tz} is {OUTSIDE}.", value=str(day)) from None
 
 
 def execution_date(slot: dt.datetime, tz: zoneinfo.ZoneInfo) -> dt.date:
@@ -61,6 +69,9 @@ def parse_slot(value: object, tz: zoneinfo.ZoneInfo) -> dt.datetime:
         return slot_for_date(value, tz)
     elif isinstance(value, str):
         text = value.strip()
+        if "\x00" in text or not text.isascii():  # a time is ASCII: fromisoformat would skip a NUL
+            raise exceptions.InvalidSlot("expected an ISO-8601 time such as 2026-11-29T01:00, in ASCII.",
+                                         value=ascii(value)[1:-1])
         if len(text) == 10:
             return slot_for_date(parse_date(text), tz)
         try:
@@ -74,7 +85,12 @@ def parse_slot(value: object, tz: zoneinfo.ZoneInfo) -> dt.datetime:
         raise exceptions.InvalidSlot("expected a datetime, a date or a string.", value=value)
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=tz)
-    return moment.astimezone(UTC).replace(microsecond=0)
+    try:
+        slot = moment.astimezone(UTC).replace(microsecond=0)
+        slot.astimezone(tz)  # its execution date, in the job's timezone, must exist too
+    except CALENDAR_ERRORS:
+        raise exceptions.InvalidSlot(f"the time is {OUTSIDE}.", value=str(value)) from None
+    return slot
 
 
 # --- schedules: cron expressions and epoch-aligned intervals --------------------------------
@@ -158,7 +174,15 @@ class Cron:
         )
 
     def next_after(self, moment: dt.datetime) -> dt.datetime:
-        """The first slot strictly after ``moment`` (aware), in UTC."""
+        """The first slot strictly after ``moment`` (aware), in UTC; ``InvalidSchedule`` when there is
+        none (it never fires, or not before the calendar ends)."""
+        try:
+            return self._next_after(moment)
+        except CALENDAR_ERRORS:
+            raise exceptions.InvalidSchedule(f"no slot after {moment.isoformat()} before the calendar ends",
+                                             value=self.expression) from None
+
+    def _next_after(self, moment: dt.datetime) -> dt.datetime:
         tz = self.tz
         moment = moment.astimezone(UTC)
         wall = moment.astimezone(tz).replace(tzinfo=None)
@@ -219,8 +243,12 @@ class Interval:
         return self if self.timezone else dataclasses.replace(self, timezone=timezone)
 
     def next_after(self, moment: dt.datetime) -> dt.datetime:
-        epoch = int(moment.astimezone(UTC).timestamp())
-        return dt.datetime.fromtimestamp((epoch // self.seconds + 1) * self.seconds, tz=UTC)
+        try:
+            epoch = int(moment.astimezone(UTC).timestamp())
+            return dt.datetime.fromtimestamp((epoch // self.seconds + 1) * self.seconds, tz=UTC)
+        except CALENDAR_ERRORS:
+            raise exceptions.InvalidSchedule(f"no slot after {moment.isoformat()} before the calendar ends",
+                                             value=self.expression) from None
 
     def __str__(self) -> str:
         for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
@@ -516,6 +544,7 @@ class CatchUpPlan:
     next_run_at: dt.datetime  # the first slot still in the future
     truncated: bool = False  # more slots were due than ``limit``: the rest wait for the next cycle
     unrecorded_before: dt.datetime | None = None  # older overdue slots were not recorded (long outage)
+    late: bool = False  # ``all`` runs overdue slots: every one of ``run`` is a catch-up, the newest too
 
 
 def plan_catch_up(schedule: Schedule, due_since: dt.datetime, now: dt.datetime, policy: str,
@@ -534,7 +563,8 @@ def plan_catch_up(schedule: Schedule, due_since: dt.datetime, now: dt.datetime, 
     ``end`` (a job's ``active_until``): slots at or after it are outside the job's window, neither
     run nor recorded; ``next_run_at`` is then the first slot past it (the job is due no more).
     """
-    last = now if end is None else min(now, end - dt.timedelta(microseconds=1))
+    # The last moment inside the window (none comes before the calendar's first).
+    last = now if end is None or end > now else end - dt.timedelta(microseconds=1) if end > _DAWN else end
     due: list[dt.datetime] = []
     slot = due_since
     while slot <= last and len(due) < limit:
@@ -544,7 +574,8 @@ def plan_catch_up(schedule: Schedule, due_since: dt.datetime, now: dt.datetime, 
     if not due:
         return CatchUpPlan(run=[], missed=[], next_run_at=due_since)
     if policy == "all":
-        return CatchUpPlan(run=due, missed=[], next_run_at=slot, truncated=truncated)
+        late = len(due) > 1 or truncated or due[0] < now - _grace(schedule)
+        return CatchUpPlan(run=due, missed=[], next_run_at=slot, truncated=truncated, late=late)
     unrecorded_before = None
     if truncated:  # more is overdue: keep only the newest ``limit`` slots, found from ``now``
         due = (due + _newest_slots(schedule, slot, last, limit))[-limit:]

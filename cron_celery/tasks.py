@@ -15,6 +15,7 @@ import celery
 from celery import shared_task
 
 from cron_celery import (
+    clocks,
     dependencies,
     dispatch,
     enums,
@@ -89,9 +90,11 @@ def message_options(app: celery.Celery, task_name: str) -> dict[str, Any]:
 def publish(app: celery.Celery, task_name: str, message_headers: dict[str, Any], *, task_id: str | None = None,
             countdown: float | None = None, **transport: Any) -> Any:
     """Send one message of a job with its routing (``message_options``); ``transport`` is
-    ``producer=`` or ``connection=``. Returns Celery's ``AsyncResult``."""
-    return app.send_task(task_name, task_id=task_id, headers=message_headers, countdown=countdown,
-                         **message_options(app, task_name), **transport)
+    ``producer=`` or ``connection=``. A ``countdown`` becomes an ``eta`` on the database's clock
+    (``clocks``). Returns Celery's ``AsyncResult``."""
+    return app.send_task(task_name, task_id=task_id, headers=message_headers,
+                         eta=clocks.eta(countdown) if countdown else None, **message_options(app, task_name),
+                         **transport)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -151,8 +154,13 @@ def schedule_one_off(job: registry.Job, at: dt.datetime, *, force: bool = False,
     read as ``run_cron_task --at`` reads it (a naive time in the job's timezone; whole seconds)."""
     at = schedules.parse_slot(at, job.tzinfo)
     schedule = (schedule_sync.slots_of(job) if job.after else schedule_sync.in_effect(job)).schedule
-    if schedule is not None and schedule.next_after(at - dt.timedelta(microseconds=1)) == at \
-            and schedule_sync.runs_at(job, at):
+    try:
+        is_slot = schedule is not None and schedule.next_after(at - dt.timedelta(microseconds=1)) == at
+    except (exceptions.InvalidSchedule, *schedules.CALENDAR_ERRORS):
+        raise exceptions.OneOffRefused(f"the job's schedule has no slot from then on before the calendar ends "
+                                       f"({schedule}); choose an earlier time.", job=job.name,
+                                       at=schedules.iso(at)) from None
+    if is_slot and schedule_sync.runs_at(job, at):
         raise exceptions.OneOffRefused(
             f"it is a slot the job's schedule in effect runs anyway ({schedule}); choose another minute "
             "(or send a run now with --enqueue).", job=job.name, at=schedules.iso(at))
@@ -172,6 +180,14 @@ def send(app: celery.Celery, task_name: str, *, execution_id: int, slot: dt.date
             countdown=countdown)
 
 
+def named_slot(job: registry.Job, slot: object, day: object) -> dt.datetime | None:
+    """The slot a direct call names (``slot=``, else ``execution_date=``), None for none; ``InvalidSlot``
+    when it cannot be read or is outside the calendar."""
+    if slot is None and day is not None:
+        slot = day if isinstance(day, dt.date) else schedules.parse_date(str(day))
+    return None if slot is None else schedules.parse_slot(slot, job.tzinfo)
+
+
 def _due(options: dict[str, Any]) -> dt.datetime:
     """When a message sent with these ``apply_async`` options is due to run (UTC)."""
     eta = options.get("eta")
@@ -179,7 +195,7 @@ def _due(options: dict[str, Any]) -> dt.datetime:
         eta = dt.datetime.fromisoformat(eta)
     if isinstance(eta, dt.datetime):  # naive: UTC, as Celery reads it by default
         return eta if eta.tzinfo is not None else eta.replace(tzinfo=dt.UTC)
-    now = dt.datetime.now(dt.UTC)
+    now = clocks.now()
     countdown = options.get("countdown")
     return now + dt.timedelta(seconds=float(countdown)) if countdown else now
 
@@ -247,12 +263,7 @@ class TrackedTask(celery.Task):  # type: ignore[type-arg]
         day = kwargs.pop("execution_date", None)
         force = bool(kwargs.pop("force", False) or request.get(HEADER_FORCE))
         rerun = bool(kwargs.pop("rerun", False) or request.get(HEADER_RERUN))
-        if slot_value is None and day is not None:
-            slot_value = day if isinstance(day, dt.date) else schedules.parse_date(str(day))
-        if slot_value is None:
-            slot = schedules.floor_minute(dt.datetime.now(dt.UTC))
-        else:
-            slot = schedules.parse_slot(slot_value, job.tzinfo)
+        slot = named_slot(job, slot_value, day) or schedules.floor_minute(clocks.now())
         trigger = request.get(HEADER_TRIGGER) or (
             enums.Trigger.BEAT if execution_id is not None else enums.Trigger.DIRECT
         )
@@ -308,9 +319,16 @@ class TrackedTask(celery.Task):  # type: ignore[type-arg]
     def apply_async(self, args: Any = None, kwargs: Any = None, *rest: Any, **options: Any) -> Any:
         """Send a message; one that names no slot (``delay()``) names its minute now — the
         minute it is due (``eta``/``countdown``), else the current one — so a redelivery later (a
-        worker died) runs the same slot, not the minute it arrives in."""
+        worker died) runs the same slot, not the minute it arrives in. Both the minute and a
+        ``countdown`` (a retry's too) are read on the database's clock (``clocks``), not this
+        process's: the countdown is sent as an ``eta``."""
+        if options.get("countdown") and options.get("eta") is None:
+            options["eta"] = clocks.eta(options.pop("countdown"))
         message_headers = dict(options.pop("headers", None) or {})
         named = bool(kwargs) and any(key in kwargs for key in ("slot", "execution_date"))
+        job = self.job or registry.by_task_name(self.name)
+        if named and job is not None:  # a slot that cannot be read is refused here, not lost on a worker
+            named_slot(job, kwargs.get("slot"), kwargs.get("execution_date"))
         if not named and HEADER_SLOT not in message_headers and HEADER_EXECUTION not in message_headers:
             message_headers[HEADER_SLOT] = schedules.iso(schedules.floor_minute(_due(options)))
         return super().apply_async(args, kwargs, *rest, headers=message_headers, **options)

@@ -11,7 +11,8 @@ A job may declare ``start_deadline`` (seconds) and ``max_runtime`` (seconds); bo
   the health check and Sentry's missed check-ins), somebody asked for the others, and both queue
   behind each other on purpose.
 - **Running too long**: a RUNNING execution ``max_runtime`` seconds after its current attempt
-  started (a retry or a takeover starts the count again). It is not stopped.
+  started (a retry or a takeover starts the count again), while its lease holds: a row whose lease
+  ran out is a dead worker's, ended by the reconciler, not alerted. It is not stopped.
 
 Each is marked in the statement that finds it (``late_alerted``, ``long_alerted``), so it is alerted
 once however many passes see it; the caller writes the alert rows in that transaction. Like every
@@ -41,6 +42,8 @@ DUE = "greatest(e.due_at, e.created_at)"
 #: When a running execution's current attempt started (a retry or a takeover opens an entry in
 #: ``attempts``; a first attempt has none and started at ``started``).
 ATTEMPT_STARTED = "coalesce((e.attempts -> -1 ->> 'started')::timestamptz, e.started)"
+#: A running execution whose lease still holds (its worker renews it): only those are running long.
+LIVE = "e.lease_until >= now()"
 _WATCHED = "e.trigger IN (" + ", ".join(f"'{trigger}'" for trigger in WATCHED) + ")"
 
 
@@ -57,6 +60,7 @@ class Flagged:
 def _mark(column: str, status: str, since: str, bound: str, batch: int, only: str = "true") -> list[Flagged]:
     found = (f"FROM {EXE} AS e JOIN {JOB} AS job ON job.id = e.job_id"
              f" WHERE e.status = %(status)s AND NOT e.{column} AND job.{bound} IS NOT NULL AND {only}"
+             " AND job.removed_at IS NULL"  # a job removed from the code alerts nobody (``removals``)
              f" AND {since} + make_interval(secs => job.{bound}) <= now()")
     with connection.cursor() as cursor:
         cursor.execute(
@@ -95,21 +99,24 @@ def mark_late(batch: int) -> list[Flagged]:
 
 
 def mark_long_running(batch: int) -> list[Flagged]:
-    """RUNNING executions past their job's ``max_runtime``, not marked yet: marked, returned.
-    Call it in the transaction that writes their alerts."""
-    return _mark("long_alerted", "RUNNING", ATTEMPT_STARTED, "max_runtime", batch)
+    """RUNNING executions past their job's ``max_runtime``, not marked yet, whose lease still holds:
+    marked, returned. A lease that ran out is a dead worker's row, the reconciler's to end (LOST, or
+    retried), not a long run to alert: it is left unmarked. Call it in the transaction that writes
+    their alerts."""
+    return _mark("long_alerted", "RUNNING", ATTEMPT_STARTED, "max_runtime", batch, LIVE)
 
 
 def badges_sql(job: str) -> str:
     """SQL of a JSON pair for the dashboard: [seconds the oldest run of job ``job`` (an SQL
     expression of its row) waits past its due time, seconds the oldest live attempt has run], each
-    only when past the job's bound (else null). Two probes of the ``(job, status)`` index."""
+    only when past the job's bound (else null; a dead worker's run, its lease run out, is not
+    running). Two probes of the ``(job, status)`` index."""
     return (
         f"json_build_array("
         f"(SELECT extract(epoch FROM now() - min({DUE})) FROM {EXE} AS e WHERE e.job_id = {job}.id"
         f" AND e.status = 'PENDING' AND {_WATCHED} AND {job}.start_deadline IS NOT NULL"
         f" HAVING min({DUE}) + make_interval(secs => {job}.start_deadline) <= now()),"
         f"(SELECT extract(epoch FROM now() - min({ATTEMPT_STARTED})) FROM {EXE} AS e WHERE e.job_id = {job}.id"
-        f" AND e.status = 'RUNNING' AND {job}.max_runtime IS NOT NULL"
+        f" AND e.status = 'RUNNING' AND {LIVE} AND {job}.max_runtime IS NOT NULL"
         f" HAVING min({ATTEMPT_STARTED}) + make_interval(secs => {job}.max_runtime) <= now()))"
     )

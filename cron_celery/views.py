@@ -21,7 +21,6 @@ CSRF token; a token request needs none.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
 import re
 from collections.abc import Callable
@@ -45,6 +44,7 @@ from cron_celery import (
     params,
     registry,
     schedule_sync,
+    storable,
     tasks,
     tokens,
 )
@@ -234,12 +234,12 @@ def run(request: HttpRequest, job: str) -> HttpResponse:
     raw_params: object = None
     if "params" in fields:  # a form field: JSON text
         try:
-            raw_params = json.loads(fields.pop("params") or "null")
+            raw_params = storable.loads(fields.pop("params") or "null")
         except ValueError as error:
             return JsonResponse({"error": f"params is not JSON ({error})", "field": "params"}, status=400)
     if request.content_type == "application/json":
         try:
-            body = json.loads(request.body or b"{}")
+            body = storable.loads(request.body or b"{}")
         except ValueError:
             return JsonResponse({"error": "the body is not JSON"}, status=400)
         if not isinstance(body, dict):

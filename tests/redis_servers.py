@@ -22,10 +22,15 @@ def free_port() -> int:
 
 
 class RedisServer:
-    def __init__(self, workdir: Path) -> None:
+    """``persistent``: every write is appended to a file and fsynced before Redis answers
+    (``appendonly yes``, ``appendfsync always``), so ``stop()`` (a kill) and ``start()`` again on the
+    same port and directory bring back every key: a broker restarted with its queues."""
+
+    def __init__(self, workdir: Path, *, persistent: bool = False) -> None:
         self.port = free_port()
         self.workdir = workdir / f"redis-{self.port}"
         self.workdir.mkdir(parents=True, exist_ok=True)
+        self.persistent = persistent
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -37,9 +42,10 @@ class RedisServer:
 
     def start(self) -> RedisServer:
         binary = shutil.which("redis-server") or "/usr/bin/redis-server"
+        appendonly = ["--appendonly", "yes", "--appendfsync", "always"] if self.persistent else ["--appendonly", "no"]
         self.proc = subprocess.Popen(
             [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", str(self.workdir), "--maxmemory-policy", "noeviction"],
+             *appendonly, "--dir", str(self.workdir), "--maxmemory-policy", "noeviction"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + 10

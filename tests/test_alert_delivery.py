@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
+import json
 import re
 import threading
 import time
@@ -136,12 +136,12 @@ def test_a_final_loss_while_the_lost_attempts_alert_is_being_sent_is_sent_again_
     job, job_id = make_job(max_retries=1, notify={"on_failure": ["webhook"]})
 
     def lose(pid: int, execution_id: int | None = None) -> Any:
-        # As the worker's parent does when its child died: by worker and pid.
+        # As the worker's parent does when its child died: by the execution it ran, worker and pid.
         claim = claims.begin(job=job, job_id=job_id, slot=SLOT, execution_date=SLOT.date(), trigger=Trigger.BEAT,
                              execution_id=execution_id, worker="w", pid=pid, lease_seconds=60)
         assert claim.claimed
         return outcomes.dead(job, job_id=job_id, status=Status.LOST, error_code="WORKER_LOST",
-                             message=f"child {pid} died", worker="w", pid=pid)
+                             message=f"child {pid} died", worker="w", pid=pid, execution_id=claim.execution_id)
 
     hook.hang = 60
     with webhook(hook.url, timeout=30):
@@ -192,7 +192,7 @@ def test_the_documented_verify_accepts_real_deliveries_and_refuses_replays(hook)
             alerts.deliver(alert.id)
         assert alerts.deliver(alert.id) == AlertStatus.SENT
     first, retry = hook.received("/hooks/")
-    identity = hashlib.sha256(first.raw).hexdigest()
+    identity = json.loads(first.raw)["delivery_id"]  # the alert row's id, in the signed body
     assert first.headers["x-cron-celery-delivery"] == retry.headers["x-cron-celery-delivery"] == identity
     assert first.raw == retry.raw  # one alert, one body: each attempt signed its own timestamp
 
@@ -231,7 +231,7 @@ def test_a_lost_attempts_alert_delivered_while_the_next_attempt_runs_describes_t
                          lease_seconds=60, worker="w1", pid=4242)
     assert first.claimed and first.execution_id is not None
     ended = outcomes.dead(job, job_id=job_id, status=Status.LOST, error_code="WORKER_LOST",
-                          message="its process died", worker="w1", pid=4242)
+                          message="its process died", worker="w1", pid=4242, execution_id=first.execution_id)
     assert ended is not None and ended.status == Status.RETRYING
     alert = Alert.objects.get(execution_id=first.execution_id, event="LOST")
     second = claims.begin(job=job, job_id=job_id, slot=SLOT, execution_date=SLOT.date(), trigger=Trigger.MANUAL,

@@ -289,7 +289,7 @@ def test_slack_telegram_and_webhook_receive_the_failure_escaped_linked_and_signe
     stamp = hook.headers["x-cron-celery-timestamp"]  # the signature covers "<timestamp>.<body>"
     expected = "sha256=" + hmac.new(SECRET.encode(), stamp.encode() + b"." + hook.raw, hashlib.sha256).hexdigest()
     assert hmac.compare_digest(hook.headers["x-cron-celery-signature"], expected)
-    assert hook.headers["x-cron-celery-delivery"] == hashlib.sha256(hook.raw).hexdigest()
+    assert hook.headers["x-cron-celery-delivery"] == hook.json()["delivery_id"]  # the alert row's, signed
     assert "送金失敗".encode() in hook.raw  # UTF-8 on the wire, not \u escapes
     assert execution.duration is not None
     assert hook.json() == {
@@ -297,6 +297,7 @@ def test_slack_telegram_and_webhook_receive_the_failure_escaped_linked_and_signe
         "execution_date": "2026-11-29", "execution_id": execution.id, "run_number": 1, "attempt": 1,
         "status": "FAILED", "trigger": "MANUAL", "duration_seconds": execution.duration.total_seconds(),
         "error_code": "PARTNER_DOWN", "error": ERROR, "admin_url": link,
+        "delivery_id": hook.headers["x-cron-celery-delivery"],
     }
 
     for alert in Alert.objects.filter(execution=execution):
@@ -314,7 +315,7 @@ def test_a_webhook_without_a_secret_is_unsigned_and_a_recovery_is_reported_too(h
     first, second = http.requests
     assert "x-cron-celery-signature" not in first.headers and "x-cron-celery-signature" not in second.headers
     assert first.headers["x-cron-celery-timestamp"].isdigit()  # unsigned, but still dated and identified
-    assert first.headers["x-cron-celery-delivery"] == hashlib.sha256(first.raw).hexdigest()
+    assert first.headers["x-cron-celery-delivery"] == first.json()["delivery_id"]
     assert (first.headers["x-cron-celery-event"], second.headers["x-cron-celery-event"]) == ("FAILED", "RECOVERED")
     assert (first.json()["execution_id"], first.json()["admin_url"]) == (failed.execution_id, None)  # no base URL
     body = second.json()
@@ -590,12 +591,12 @@ def test_a_worker_lost_by_the_parent_alerts_lost_once_per_execution_and_a_lost_r
     timed, timed_id = make_job(max_retries=1, notify=notify)
 
     def lose(job, job_id, pid, status=Status.LOST, execution_id=None):
-        # As the worker's parent does when its child died: by worker and pid.
+        # As the worker's parent does when its child died: by the execution it ran, worker and pid.
         claim = claims.begin(job=job, job_id=job_id, slot=SLOT, execution_date=SLOT.date(), trigger=Trigger.BEAT,
                              execution_id=execution_id, worker="w", pid=pid, lease_seconds=60)
         assert claim.claimed
         ended = outcomes.dead(job, job_id=job_id, status=status, error_code="WORKER_LOST",
-                              message="the child died (signal 9)", worker="w", pid=pid)
+                              message="the child died (signal 9)", worker="w", pid=pid, execution_id=claim.execution_id)
         assert ended is not None
         return ended
 
@@ -669,7 +670,7 @@ def test_signals_are_sent_after_each_outcome_and_a_raising_receiver_changes_noth
         claim = claims.begin(job=job, job_id=job_id, slot=slot(3), execution_date=SLOT.date(), trigger=Trigger.BEAT,
                              worker="w", pid=123)
         lost = outcomes.dead(job, job_id=job_id, status=Status.LOST, error_code="WORKER_LOST",
-                             message="the child died", worker="w", pid=123)
+                             message="the child died", worker="w", pid=123, execution_id=claim.execution_id)
     finally:
         for name, signal in chosen.items():
             signal.disconnect(receivers[name])

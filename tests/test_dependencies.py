@@ -564,9 +564,9 @@ def _worker_timed_out(up: registry.Job, up_id: int) -> None:
 
 
 def _parent_lost(up: registry.Job, up_id: int) -> None:
-    begin(up, up_id, SLOT, trigger=Trigger.BEAT, worker="w", pid=4242)
+    claim = begin(up, up_id, SLOT, trigger=Trigger.BEAT, worker="w", pid=4242)
     ended = outcomes.dead(up, job_id=up_id, status=Status.LOST, error_code="WORKER_LOST",
-                          message="the child died (signal 9)", worker="w", pid=4242)
+                          message="the child died (signal 9)", worker="w", pid=4242, execution_id=claim.execution_id)
     assert ended is not None and ended.status == Status.LOST
 
 

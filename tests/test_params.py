@@ -263,7 +263,7 @@ VALUES = {
     "limit": st.integers(min_value=-(10 ** 12), max_value=10 ** 12),
     "ratio": st.floats(allow_nan=False, allow_infinity=False),
     "since": st.none() | st.datetimes(timezones=st.sampled_from([dt.UTC, AMSTERDAM])),
-    "note": st.text(),
+    "note": st.text(st.characters(exclude_characters="\x00", exclude_categories=["Cs"])),  # what PostgreSQL stores
     "level": st.sampled_from([None, 1, 2, 3]),
 }
 
@@ -286,6 +286,19 @@ def test_a_value_typed_as_text_reads_back_as_the_same_stored_value(values):
     stored = params.from_json(REPORT, values, job="r")
     typed = [(name, value if isinstance(value, str) else json.dumps(value)) for name, value in stored.items()]
     assert params.from_text(REPORT, typed, job="r") == stored
+
+
+@given(st.text(), st.sampled_from(["\x00", "\ud800", "\udcff", "\udfff"]), st.text())
+def test_text_postgresql_cannot_store_is_refused_every_way_in_naming_the_parameter(before, bad, after):
+    """Issue 35 items 2 and 11: a NUL or a lone surrogate anywhere in a str parameter's value."""
+    value = before + bad + after
+    for refused in (lambda: params.from_json(REPORT, {"note": value}, job="r"),
+                    lambda: params.from_text(REPORT, [("note", value)], job="r"),
+                    lambda: params.from_kwargs(REPORT, json.dumps({"note": value}), job="r")):
+        with pytest.raises(exceptions.InvalidParams) as error:
+            refused()
+        assert error.value.field == "note" and "cannot be stored" in str(error.value)
+        str(error.value).encode("utf-8")  # the message itself can be stored and shown
 
 
 def test_an_alert_says_at_most_five_hundred_characters_of_parameters():

@@ -97,6 +97,7 @@ def busy_system() -> None:
     CronJob.objects.filter(id=job_id).update(last_success_at=slot + dt.timedelta(seconds=2), consecutive_failures=1)
     health.beat_seen("host-a:1", True)
     leadership.mark(leadership.RECONCILED, "host-a:2")  # a reconciler pass finished
+    leadership.mark(leadership.BROKER_UNANSWERED, "host-a:2")  # and one could not ask the broker
 
 
 @pytest.mark.django_db

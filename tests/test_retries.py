@@ -316,12 +316,20 @@ def dead(job_id, status=Status.LOST, **kw):
                                     message=kw.pop("message", "the child died"), **kw)
 
 
-def test_a_dead_child_found_by_worker_and_pid_is_retried_without_touching_the_job():
-    job, job_id = make_job(max_retries=1)
-    claim = begin(job, job_id, worker="host-a", pid=4242)
-    assert dead(job_id, worker="host-b", pid=4242) is None  # another host's child
-    assert dead(job_id, worker="host-a", pid=4243) is None  # another child
-    ended = dead(job_id, worker="host-a", pid=4242)
+def test_a_dead_child_found_by_its_execution_worker_and_pid_is_retried_without_touching_the_job():
+    """The worker's parent names the execution its child ran (the request's header, else its Celery
+    task id), the worker (host and boot) and the pid: nothing less matches (issue 35 item 8)."""
+    job, job_id = make_job(overlap="allow", max_retries=1)
+    claim = begin(job, job_id, worker="host-a#b00t", pid=4242, celery_task_id="task-1")
+    other = begin(job, job_id, slot=SLOT + dt.timedelta(minutes=1), worker="host-a#b00t", pid=4242)
+    assert other.claimed  # a second RUNNING row of the same worker and pid (as two pid namespaces make)
+    mine = {"worker": "host-a#b00t", "pid": 4242}
+    assert dead(job_id, worker="host-b#b00t", pid=4242, execution_id=claim.execution_id) is None  # another host
+    assert dead(job_id, worker="host-a#0ther", pid=4242, execution_id=claim.execution_id) is None  # another boot
+    assert dead(job_id, worker="host-a#b00t", pid=4243, execution_id=claim.execution_id) is None  # another child
+    assert dead(job_id, **mine) is None  # no execution named: never by host and pid alone
+    assert dead(job_id, **mine, task_id="task-2") is None  # another message
+    ended = dead(job_id, **mine, task_id="task-1")  # a message without the headers: its task id
     assert ended == repairs.Ended(execution_id=claim.execution_id, job_id=job_id, status=Status.RETRYING,
                                  retry_count=1, slot=SLOT, trigger=Trigger.MANUAL)
     r = row(claim.execution_id)
@@ -331,7 +339,8 @@ def test_a_dead_child_found_by_worker_and_pid_is_retried_without_touching_the_jo
     assert (r.attempts[-1]["status"], r.attempts[-1]["error_code"]) == ("LOST", "WORKER_LOST")
     job_row = CronJob.objects.get(id=job_id)
     assert (job_row.consecutive_failures, job_row.last_status, job_row.last_run_at) == (0, "", None)
-    assert dead(job_id, worker="host-a", pid=4242) is None  # no longer RUNNING: nothing matches
+    assert row(other.execution_id).status == Status.RUNNING  # the other run of the same worker and pid
+    assert dead(job_id, **mine, execution_id=claim.execution_id) is None  # no longer RUNNING: nothing matches
 
 
 def test_a_dead_attempt_at_the_cap_is_final_and_counted_on_the_job():
@@ -340,7 +349,7 @@ def test_a_dead_attempt_at_the_cap_is_final_and_counted_on_the_job():
     first = begin(job, job_id, execution_id=execution_id, worker="h", pid=1)
     assert retry(job_id, first)
     begin(job, job_id, execution_id=execution_id, worker="h", pid=2)
-    ended = dead(job_id, worker="h", pid=2)
+    ended = dead(job_id, worker="h", pid=2, execution_id=execution_id)
     assert ended is not None and (ended.status, ended.retry_count) == (Status.LOST, 1)
     r = row(execution_id)
     assert (r.status, r.completed, r.success, r.lease_until) == (Status.LOST, True, False, None)
@@ -353,7 +362,8 @@ def test_a_dead_attempt_at_the_cap_is_final_and_counted_on_the_job():
 def test_retry_false_makes_a_dead_attempt_final_even_with_attempts_left():
     job, job_id = make_job(max_retries=3)
     claim = begin(job, job_id, worker="h", pid=7)
-    ended = dead(job_id, Status.TIMED_OUT, error_code="TIME_LIMIT", worker="h", pid=7, retry=False)
+    ended = dead(job_id, Status.TIMED_OUT, error_code="TIME_LIMIT", worker="h", pid=7, retry=False,
+                 execution_id=claim.execution_id)
     assert ended is not None and (ended.status, ended.retry_count) == (Status.TIMED_OUT, 0)
     assert (row(claim.execution_id).status, row(claim.execution_id).success) == (Status.TIMED_OUT, False)
     assert CronJob.objects.get(id=job_id).last_status == Status.TIMED_OUT

@@ -235,6 +235,21 @@ def test_all_is_bounded_per_cycle_and_continues_next_cycle():
     assert first.run + second.run + third.run == slots_between(minutely, start - dt.timedelta(seconds=1), now)
 
 
+def test_every_slot_all_runs_late_is_a_catch_up_the_last_of_a_long_drain_and_the_newest_too():
+    """``late`` marks the plan's slots CATCH_UP (buffered behind the live run): several overdue slots,
+    a single overdue slot, but not a slot dispatched on time."""
+    minutely = every(minutes=1)
+    start, now = utc(2026, 11, 29, 0), utc(2026, 11, 29, 0, 25, 30)  # 26 slots due
+    first = plan_catch_up(minutely, start, now, "all", limit=25)
+    last = plan_catch_up(minutely, first.next_run_at, now, "all", limit=25)
+    assert first.late and len(last.run) == 1 and not last.late  # the newest, on time
+    overdue = plan_catch_up(HOURLY, utc(2026, 11, 29, 6), utc(2026, 11, 29, 6, 30), "all")
+    assert overdue.run == [utc(2026, 11, 29, 6)] and overdue.late
+    on_time = plan_catch_up(minutely, utc(2026, 11, 29, 0, 25), now, "all")
+    assert on_time.run == [utc(2026, 11, 29, 0, 25)] and not on_time.late
+    assert not plan_catch_up(HOURLY, utc(2026, 11, 29, 6), utc(2026, 11, 29, 10, 20), "latest").late
+
+
 @pytest.mark.parametrize("schedule", [every(minutes=1), cron("* * * * *")], ids=["interval", "cron"])
 def test_latest_after_a_long_outage_runs_the_newest_slot_and_records_only_the_newest_misses(schedule):
     plan = plan_catch_up(schedule, utc(2026, 11, 29, 0), utc(2026, 11, 29, 2, 0, 10), "latest", limit=10)

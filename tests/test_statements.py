@@ -66,7 +66,10 @@ def test_the_first_run_prepares_the_next_ones_execute(fresh):
         assert _run(job, 1).status == Status.SUCCEEDED
     assert _sent(first) == ["PREPARE", "PREPARE"]  # each with its EXECUTE, in one round trip
     assert _sent(second) == ["EXECUTE", "EXECUTE"]
-    with transaction.atomic(), CaptureQueriesContext(connection) as inside:  # never inside a transaction
+    # Inside a transaction as a TestCase wraps a test in (the one an in-process run runs inside):
+    test_case = transaction.atomic()
+    test_case._from_testcase = True
+    with test_case, CaptureQueriesContext(connection) as inside:  # never inside a transaction
         assert _run(job, 2).status == Status.SUCCEEDED
     assert _sent(inside) == ["WITH", "WITH"]
     with override_settings(CRON_CELERY={"PREPARED_STATEMENTS": False}), CaptureQueriesContext(connection) as off:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import hashlib
 import json
 import urllib.error
 import urllib.parse
@@ -28,6 +29,7 @@ EVENT_WORDS = {
     "FAILED": "failed", "TIMED_OUT": "timed out", "LOST": "was lost", "MISSED": "missed a slot",
     "RECOVERED": "recovered", "SUCCEEDED": "succeeded", "UPSTREAM": "was skipped: an upstream job failed",
     "LATE": "has not started in time", "LONG_RUNNING": "is running too long", "TOO_FAST": "finished too fast",
+    "TOO_FAST_RECOVERED": "takes long enough again",
 }
 #: Events that warn of a run's timing rather than report a failure.
 WARNING_EVENTS = frozenset({"LATE", "LONG_RUNNING", "TOO_FAST"})
@@ -55,6 +57,7 @@ class Message:
     traceback: str
     admin_url: str  # empty without ADMIN_BASE_URL
     params: str = ""  # the parameter values the run was given ("region=us, dry_run=true"); empty: none
+    delivery_id: str = ""  # the same for every attempt of one alert row (``delivery_id``); empty: none
 
     @property
     def title(self) -> str:
@@ -110,7 +113,16 @@ class Message:
             "duration_seconds": self.duration, "error_code": self.error_code, "error": self.excerpt(),
             "admin_url": self.admin_url or None,
         }
+        if self.delivery_id:  # in the signed body: a receiver drops a repeat by it
+            found["delivery_id"] = self.delivery_id
         return {**found, "params": self.params} if self.params else found  # a run with parameters names them
+
+
+def delivery_id(*parts: object) -> str:
+    """A delivery's id from what identifies its alert (the row's id and creation time, its event and
+    channel...): the hex SHA-256 of them, so it stays the same for every attempt of the alert however
+    the execution it describes changes, and two databases' alert rows of the same id differ."""
+    return hashlib.sha256(":".join(str(part) for part in parts).encode()).hexdigest()
 
 
 class Channel:

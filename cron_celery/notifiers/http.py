@@ -87,8 +87,9 @@ class TelegramChannel(Channel):
 class WebhookChannel(Channel):
     """Any HTTP endpoint: ``{"url": "...", "secret": "..."}``. The body is the message as
     JSON. Every attempt carries ``X-Cron-Celery-Timestamp`` (Unix seconds, when it was sent)
-    and ``X-Cron-Celery-Delivery`` (the hex SHA-256 of the body: the same for every attempt
-    of one alert, so a receiver can drop duplicates); with a secret, also
+    and ``X-Cron-Celery-Delivery`` (the message's ``delivery_id``, also in the signed body: the
+    same for every attempt of one alert row, even when what it says changed meanwhile, so a
+    receiver can drop duplicates; a message without one, the hex SHA-256 of the body); with a secret, also
     ``X-Cron-Celery-Signature: sha256=<HMAC-SHA256 of "<timestamp>.<body>">``, so a receiver
     can refuse an old or replayed delivery (docs/notifications.md shows how)."""
 
@@ -99,7 +100,8 @@ class WebhookChannel(Channel):
         body = json.dumps(message.as_dict(), ensure_ascii=False, sort_keys=True).encode()
         stamp = str(int(time.time()))
         headers = {"Content-Type": "application/json; charset=utf-8", "X-Cron-Celery-Event": message.event,
-                   "X-Cron-Celery-Timestamp": stamp, "X-Cron-Celery-Delivery": hashlib.sha256(body).hexdigest()}
+                   "X-Cron-Celery-Timestamp": stamp,
+                   "X-Cron-Celery-Delivery": message.delivery_id or hashlib.sha256(body).hexdigest()}
         secret = self.options.get("secret")
         if secret:
             digest = hmac.new(str(secret).encode(), stamp.encode() + b"." + body, hashlib.sha256).hexdigest()

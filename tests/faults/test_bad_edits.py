@@ -14,12 +14,18 @@ import time
 from pathlib import Path
 
 import pytest
+from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
+from django_celery_beat.models import PeriodicTask
+from hypothesis import HealthCheck, Phase, given, settings
 
 from cron_celery.models import CronExecution, CronJob, Status, Trigger
 from tests.conftest import manage, subprocess_env, wait_for
 from tests.faults.test_beat import beat_log, start_beat, stop
 from tests.servers import HttpServer
+from tests.test_bad_edits_fuzz import EDITS as HOSTILE_EDITS
+from tests.test_bad_edits_fuzz import write_edit
 from tests.workers import Worker
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -156,3 +162,57 @@ def test_a_beat_row_has_the_execution_date_of_the_jobs_timezone_like_run_cron_ta
     assert done.returncode == 0, done.stdout + done.stderr
     manual = CronExecution.objects.get(task_name="edits-new-year", slot=missed.slot, run_number=2)
     assert manual.trigger == Trigger.MANUAL and manual.execution_date == missed.execution_date
+
+
+def hostile_edits(count: int) -> list[dict[str, object]]:
+    """``count`` edits Hypothesis generates from the fuzz test's strategy (a fixed seed: the same every run)."""
+    found: list[dict[str, object]] = []
+
+    @settings(max_examples=count, phases=[Phase.generate], derandomize=True, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(HOSTILE_EDITS)
+    def collect(edit: dict[str, object]) -> None:
+        found.append(edit)
+
+    collect()
+    return found
+
+
+def test_a_batch_of_hostile_edits_stops_no_other_job_and_a_restarted_beat_starts(tmp_path: Path):
+    """Issue 35 item 2: kwargs jsonb cannot hold, a window opening at the calendar's last second and
+    Hypothesis's own hostile values, written to three jobs' periodic tasks in one transaction (one
+    batch for the beat); the steady job keeps its slots, each edited job carries its own problem,
+    and a beat started with those rows present starts and dispatches."""
+    generated = hostile_edits(40)
+    beat = start_beat(tmp_path, EDITS, 0)
+    try:
+        wait_for(lambda: CronExecution.objects.filter(task_name="edits-steady").count() >= 2, timeout=60,
+                 what="the first slots of edits-steady")
+        tasks = {name: PeriodicTask.objects.get(cron_job__name=name).id
+                 for name in ("edits-params", "edits-victim", "edits-new-year")}
+        with transaction.atomic():
+            PeriodicTask.objects.filter(id=tasks["edits-params"]).update(kwargs='{"note": "a\\u0000b", "limit": 2}')
+            PeriodicTask.objects.filter(id=tasks["edits-victim"]).update(
+                start_time=dt.datetime(9999, 12, 31, 23, 59, 59, tzinfo=dt.UTC))
+            for edit in generated:  # as far as PostgreSQL lets each value land
+                write_edit(tasks["edits-new-year"], edit)
+        edited = time.time()
+        wait_for(lambda: slots_after("edits-steady", edited + 1) >= 4, timeout=30,
+                 what="edits-steady's slots after the hostile edits")
+        wait_for(lambda: not CronJob.objects.exclude(schedule_version=F("schedule_seen")).exists(), timeout=30,
+                 what="every edit to be taken in")
+        problems = dict(CronJob.objects.values_list("name", "schedule_problem"))
+        assert "cannot be stored" in problems["edits-params"] and "NUL" in problems["edits-params"]
+        assert "no slot after that before the calendar ends" in problems["edits-victim"]
+        assert problems["edits-steady"] == ""
+        assert beat.poll() is None and "dispatch round failed" not in beat_log(tmp_path, 0)
+
+        stop(beat)
+        restarted = time.time()
+        beat = start_beat(tmp_path, EDITS, 1)
+        wait_for(lambda: slots_after("edits-steady", restarted + 1) >= 2, timeout=60,
+                 what="a beat restarted with the hostile rows to dispatch")
+        assert beat.poll() is None, beat_log(tmp_path, 1)[-3000:]
+        assert "dispatch round failed" not in beat_log(tmp_path, 1)
+    finally:
+        stop(beat)

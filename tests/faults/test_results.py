@@ -134,10 +134,13 @@ def test_an_outcome_the_database_refuses_ends_failed_result_not_storable_not_los
 
 
 def test_in_a_callers_transaction_a_refused_outcome_leaves_the_transaction_usable(refusing_database):
-    """``run_cron_task`` in-process, inside a caller's transaction: the refused write is rolled back
-    to a savepoint, the minimal outcome is written, and the transaction goes on."""
+    """An in-process run inside the transaction a test case wraps a test in (the one transaction an
+    in-process run runs inside; any other is refused, tests/test_in_transaction.py): the refused
+    write is rolled back to a savepoint, the minimal outcome is written, and the transaction goes on."""
     job, _ = make_job(pattern="always", overlap="allow")
-    with transaction.atomic():
+    test_case = transaction.atomic()
+    test_case._from_testcase = True  # as Django's TestCase marks the transaction it wraps a test in
+    with test_case:
         outcome = runs.execute(job, SLOT, lambda run: {"refuse_me": float("nan")}, trigger=Trigger.MANUAL)
         assert outcome.execution_id is not None
         row = CronExecution.objects.get(id=outcome.execution_id)

@@ -46,3 +46,19 @@ def db_steady(run: Run) -> str:
     time.sleep(float(os.environ.get("CRON_TEST_SLEEP", "0")))
     note(run, "db-steady-end")
     return "steady"
+
+
+@cron_task(name="db-clock-retry", code="DB04", pattern="always", max_retries=1, retry_backoff=5, retry_jitter=False,
+           retry_on=(ConnectionError,))
+def db_clock_retry(run: Run) -> str:
+    """Its first attempt waits for the file CRON_TEST_GATE (the test begins the worker's warm
+    shutdown meanwhile), then fails with a retryable error: the retry is due five seconds later on
+    the database's clock (tests/faults/test_clock_messages.py). The second attempt succeeds."""
+    note(run, f"db-clock-retry-{run.attempt}")
+    if run.attempt == 1:
+        gate = Path(os.environ.get("CRON_TEST_GATE", "/nonexistent"))
+        deadline = time.monotonic() + 60  # only a guard: the test opens the gate within seconds
+        while not gate.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        raise ConnectionError("the first attempt fails")
+    return "ran on its retry"

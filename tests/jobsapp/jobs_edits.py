@@ -30,3 +30,9 @@ if os.environ.get("CRON_TEST_EDITS") == "1":
         """Midnight of New Year in Pago Pago (UTC-11) is 01:00 of 2 January in Kiritimati (UTC+14),
         the job's timezone: its execution date is 2 January, whoever writes the row."""
         return f"execution date {run.execution_date}"
+
+    @cron_task(name="edits-params", code="E004", schedule=cron("* * * * *", timezone="UTC"), pattern="always",
+               overlap="allow", jitter=5)
+    def edits_params(run: Run, *, note: str = "", limit: int = 1) -> str:
+        """Every minute, with parameters: the tests write kwargs into its periodic task that jsonb cannot hold."""
+        return f"slot {run.slot:%H:%M} {note!r} {limit}"

@@ -222,7 +222,9 @@ from tests.jobsapp import (  # noqa: E402
     jobs_buffer,
     jobs_chain,
     jobs_database,
+    jobs_deps,
     jobs_edits,
+    jobs_ident,
     jobs_leader,
     jobs_leases,
     jobs_params,
@@ -230,8 +232,8 @@ from tests.jobsapp import (  # noqa: E402
     jobs_routing,
 )
 
-__all__ = ["jobs_buffer", "jobs_chain", "jobs_database", "jobs_edits", "jobs_leader", "jobs_leases", "jobs_params",
-           "jobs_results", "jobs_routing"]
+__all__ = ["jobs_buffer", "jobs_chain", "jobs_database", "jobs_deps", "jobs_edits", "jobs_ident", "jobs_leader",
+           "jobs_leases", "jobs_params", "jobs_results", "jobs_routing"]
 
 
 # Active windows and one_off (tests/faults/test_windows.py): a one-second job whose window is

@@ -179,6 +179,8 @@ def _row(row: Row, result: Result, starts: dict[tuple[int, int], dict[str, Any]]
         return
     if row.retry_count > spec.max_retries:
         result.flag("TOO_MANY_ATTEMPTS", row, f"retry_count {row.retry_count} > max_retries {spec.max_retries}")
+    if row.republished > republish_limit:  # every send again counts, whatever the broker answered
+        result.flag("TOO_MANY_SENDS", row, f"sent again {row.republished} times > REPUBLISH_LIMIT {republish_limit}")
     if status in BODY_STATUSES:
         end = ends.get((row.id, row.fence or -1))
         start = starts.get((row.id, row.fence or -1))

@@ -12,7 +12,19 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from cron_celery import dispatch, enums, exceptions, jobs, params, registry, runs, schedule_sync, schedules, tasks
+from cron_celery import (
+    callers,
+    dispatch,
+    enums,
+    exceptions,
+    jobs,
+    params,
+    registry,
+    runs,
+    schedule_sync,
+    schedules,
+    tasks,
+)
 
 #: Exit codes: 0 ran (or the slot was already done), 1 failed or bad input, 2 refused.
 EXIT_OK, EXIT_FAILED, EXIT_REFUSED = 0, 1, 2
@@ -102,6 +114,10 @@ class Command(BaseCommand):
         task = current_app.tasks.get(job.task_name)
         if task is None:
             raise self.fail(f"Job {job.name!r} has no Celery task {job.task_name!r}.")
+        try:  # before the --cascade row is written: nothing is recorded for a run that cannot run here
+            callers.refuse_in_transaction(job.name)
+        except exceptions.RunInTransaction as exc:
+            raise self.fail(str(exc), EXIT_REFUSED) from None
         trigger = enums.Trigger.MANUAL
         execution_id = None
         if options["cascade"]:  # the row carries the cascade, so the database trigger sees it at the end
