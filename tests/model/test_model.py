@@ -241,9 +241,9 @@ class Protocol(RuleBasedStateMachine):
         # A slot that already has an execution (run by hand, sent, backfilled) is not dispatched again.
         taken = {exe.slot for exe in self.model.of_job(key)}
         assert sorted(item.slot for item in published) == [when for when in run if when not in taken]
-        newest = max(run)
         for item in published:
-            trigger = "BEAT" if item.slot == newest else "CATCH_UP"
+            # Several slots at once are a catch-up, the newest too: each waits for the live run.
+            trigger = "CATCH_UP" if len(run) > 1 else "BEAT"
             assert item.trigger == trigger
             self.model.exes[item.execution_id] = Exe(item.execution_id, key, item.slot, trigger)
         missed = [when for when in missed if when not in taken]
