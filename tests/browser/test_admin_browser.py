@@ -279,7 +279,8 @@ def test_late_and_long_runs_show_as_badges_on_the_dashboard(page: Page, live_ser
         row = CronExecution.objects.create(
             job=job, task_code=job.code, task_name=job.name, slot=since.replace(second=0, microsecond=0),
             execution_date=since.date(), run_number=7, status=status, trigger=Trigger.BEAT, due_at=since,
-            started=since if status == Status.RUNNING else None)
+            started=since if status == Status.RUNNING else None,
+            lease_until=now + dt.timedelta(minutes=5) if status == Status.RUNNING else None)  # a live run
         CronExecution.objects.filter(id=row.id).update(created_at=since)  # the beat records a slot when due
     page.goto(f"{live_server.url}/admin/cron_celery/cronjob/")
     rows = page.locator("#result_list tbody tr")
