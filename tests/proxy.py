@@ -122,6 +122,10 @@ class TcpProxy:
                         with contextlib.suppress(OSError):
                             sock.close()
 
+    def cut_after(self, from_client: bool, data: bytes) -> bool:
+        """Whether to end this connection once ``data`` has been forwarded (a subclass decides)."""
+        return False
+
     def _pump(self, client: socket.socket, upstream: socket.socket | None) -> None:
         """Forward both ways while the mode is FORWARD; hold (read nothing) while it is BLACKHOLE."""
         while not self._closed.is_set():
@@ -150,4 +154,6 @@ class TcpProxy:
                 try:
                     other.sendall(data)
                 except OSError:
+                    return
+                if self.cut_after(sock is client, data):
                     return

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import select
-import socket
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -26,7 +24,7 @@ from django.test import override_settings
 from cron_celery import events, runs, signals
 from cron_celery.models import CronExecution, Status, Trigger
 from tests.conftest import make_job
-from tests.proxy import FORWARD, TcpProxy
+from tests.proxy import TcpProxy
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -42,25 +40,14 @@ class CommitCutter(TcpProxy):
         self.armed = threading.Event()
         self.cut_done = threading.Event()
 
-    def _pump(self, client: socket.socket, upstream: socket.socket | None) -> None:
-        while not self._closed.is_set() and upstream is not None and self.mode == FORWARD:
-            try:
-                readable, _, _ = select.select([client, upstream], [], [], 0.1)
-            except (OSError, ValueError):
-                return
-            for sock in readable:
-                other = upstream if sock is client else client
-                try:
-                    data = sock.recv(65536)
-                    if not data:
-                        return
-                    other.sendall(data)
-                except OSError:
-                    return
-                if sock is client and self.armed.is_set() and b"COMMIT\x00" in data:
-                    self.armed.clear()
-                    self.cut_done.set()
-                    return  # the caller closes both sockets: the server's answer is never forwarded
+    def cut_after(self, from_client: bool, data: bytes) -> bool:
+        """Once armed, the connection ends right after the client's COMMIT reaches the server: the
+        caller closes both sockets, so the server's answer is never forwarded."""
+        if from_client and self.armed.is_set() and b"COMMIT\x00" in data:
+            self.armed.clear()
+            self.cut_done.set()
+            return True
+        return False
 
 
 @pytest.fixture
