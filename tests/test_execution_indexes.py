@@ -84,6 +84,14 @@ def own_database(django_db_blocker: object) -> Iterator[str]:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+def _models_at(migration: str) -> str:
+    """Shell code that binds ``m`` to the app's models as of ``migration`` (its historical state)."""
+    return ("import types; from django.db import connection; from django.db.migrations.loader import MigrationLoader; "
+            f"apps = MigrationLoader(connection).project_state(('cron_celery', '{migration}')).apps; "
+            "m = types.SimpleNamespace(CronJob=apps.get_model('cron_celery', 'CronJob'), "
+            "CronExecution=apps.get_model('cron_celery', 'CronExecution'))")
+
+
 def test_the_migration_runs_forward_and_back_with_rows_in_the_table(own_database: str) -> None:
     settings = connection.settings_dict
     env = subprocess_env(CRON_CELERY_TEST_DB=own_database)
@@ -102,11 +110,7 @@ def test_the_migration_runs_forward_and_back_with_rows_in_the_table(own_database
     assert set(before) >= DROPPED, sorted(before)
     # The models of 0021's state, not today's: later migrations add columns this table lacks yet.
     rows = manage("shell", "-c", (
-        "import datetime as dt; from django.db import connection; from django.utils import timezone; "
-        "from django.db.migrations.loader import MigrationLoader; "
-        "apps = MigrationLoader(connection).project_state(('cron_celery', '0021_schedule_audit')).apps; "
-        "import types; m = types.SimpleNamespace(CronJob=apps.get_model('cron_celery', 'CronJob'), "
-        "CronExecution=apps.get_model('cron_celery', 'CronExecution')); "
+        f"import datetime as dt; from django.utils import timezone; {_models_at('0021_schedule_audit')}; "
         "job = m.CronJob.objects.create(name='j', code='J'); "
         "m.CronExecution.objects.bulk_create(m.CronExecution(job=job, task_code='J', task_name='j', "
         "slot=timezone.now() - dt.timedelta(minutes=n), execution_date=dt.date.today(), status='SUCCEEDED', "
@@ -124,8 +128,6 @@ def test_the_migration_runs_forward_and_back_with_rows_in_the_table(own_database
 
     migrate("0022")
     assert indexes() == after
-    assert manage("shell", "-c", "from django.db import connection; "
-                  "from django.db.migrations.loader import MigrationLoader; "
-                  "apps = MigrationLoader(connection).project_state(('cron_celery', '0022_fewer_execution_indexes')).apps; "
-                  "print(apps.get_model('cron_celery', 'CronExecution').objects.filter(celery_task_id='task-7').count())",
+    assert manage("shell", "-c", f"{_models_at('0022_fewer_execution_indexes')}; "
+                  "print(m.CronExecution.objects.filter(celery_task_id='task-7').count())",
                   env=env).stdout.strip().splitlines()[-1:] == ["1"]

@@ -233,6 +233,15 @@ def _row(row: Row, result: Result, starts: dict[tuple[int, int], dict[str, Any]]
             result.flag("BAD_SKIP", row, f"SKIPPED {row.skip_reason} although {row.job} allows overlap")
         if row.trigger != "BEAT" and spec.pattern != "rate_limited":
             result.flag("BAD_SKIP", row, f"a {row.trigger} execution SKIPPED {row.skip_reason}: it should have waited")
+        # Under catch-up "all" a slot sent late (after an outage, or sent again by the reconciler) is a
+        # catch-up that waits for the live run: only a slot sent on time may be skipped by it. (The
+        # margin: a beat that planned on time may write its row after a database stall of some seconds.)
+        late_by = dt.timedelta(seconds=min(60, max(1, spec.every // 2)) + 30)
+        if spec.catch_up == "all" and row.trigger == "BEAT" and spec.pattern != "rate_limited" and (
+                row.republished > 0 or row.created_at > row.slot + late_by):
+            result.flag("BAD_SKIP", row, f"a late BEAT slot {row.slot:%H:%M:%S} (recorded "
+                        f"{row.created_at:%H:%M:%S.%f}, sent again {row.republished} times) SKIPPED "
+                        f"{row.skip_reason} under catch-up 'all': it should have waited as a catch-up")
         moment = row.ended  # the skip's transaction start: the run it met may have been claimed while it waited
         live = moment is not None and any(
             other.id != row.id and other.job == row.job and other.started is not None
