@@ -15,6 +15,7 @@ import zoneinfo
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from celery import current_app
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
@@ -37,6 +38,7 @@ from django_celery_beat import models as beat_models
 from django_celery_beat.models import PeriodicTask
 
 from cron_celery import (
+    admin_access,
     alerts,
     audit,
     backfill,
@@ -49,6 +51,7 @@ from cron_celery import (
     overrides,
     params,
     registry,
+    resumes,
     schedule_sync,
     schedules,
     tasks,
@@ -274,7 +277,7 @@ class CronJobAdmin(ReadOnly):
             return format_html('No schedule change recorded. <a href="{}">The audit log</a>', listing)
         link = reverse("admin:cron_celery_schedulechange_change", args=[0]).replace("/0/", "/{}/")
         cells = [(format_html('<a href="{}">{}</a>', link.format(change.id), dashboard.when(change.changed_at)),
-                  audit.who(change), change.source, _changes_table(change.changes)) for change in changes]
+                  _who_cell(change), change.source, _changes_table(change.changes)) for change in changes]
         body = format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>", cells)
         return format_html('<table class="cron-job-changes"><thead><tr><th>when</th><th>who</th><th>from</th>'
                            '<th>what changed (before → after)</th></tr></thead><tbody>{}</tbody></table>'
@@ -465,6 +468,8 @@ class CronJobAdmin(ReadOnly):
                     task.save(update_fields=["enabled"])
                 else:
                     models.CronJob.objects.filter(id=job.id).update(paused=paused)
+            if not paused and (declared := _declared(job)) is not None:
+                resumes.release(current_app, declared)  # the runs the pause held (else the reconciler's)
         verb = "paused" if paused else "resumed"
         self.message_user(request, f"{queryset.count()} job(s) {verb}.", messages.SUCCESS)
 
@@ -620,7 +625,7 @@ class CronExecutionAdmin(ReadOnly):
     list_select_related = ("job",)
     show_full_result_count = False  # no count(*) over the whole history on every page
     paginator = EstimatedCountPaginator
-    actions = ("rerun", "rerun_cascade", "cancel_one_off", "mark_lost", "export_csv")
+    actions = ("rerun", "rerun_cascade", "cancel_one_off", "cancel_not_started", "mark_lost", "export_csv")
     inlines = (AlertInline,)
     readonly_fields = ("attempt_history", "duration", "chain", "parameters")
     fieldsets = (
@@ -790,6 +795,18 @@ class CronExecutionAdmin(ReadOnly):
         said = f"{len(cancelled)} one-off run(s) cancelled"
         if left:
             said += f"; {left} left as they are (not one-off runs, or sent already: revoke a sent one to stop it)"
+        self.message_user(request, said + ".", messages.SUCCESS if cancelled else messages.WARNING)
+
+    @admin.action(description="Cancel runs not started yet (pending, waiting, held by a pause)",
+                  permissions=["operate"])
+    def cancel_not_started(self, request: HttpRequest, queryset: QuerySet[models.CronExecution]) -> None:
+        user = getattr(request.user, "get_username", lambda: "someone")()
+        chosen = list(queryset.values_list("id", flat=True))
+        cancelled = outcomes.cancelled(chosen, f"{user} in the admin", any_pending=True)
+        left = len(chosen) - len(cancelled)
+        said = f"{len(cancelled)} run(s) cancelled"
+        if left:
+            said += f"; {left} left as they are (started already: revoke a running one to stop it)"
         self.message_user(request, said + ".", messages.SUCCESS if cancelled else messages.WARNING)
 
     @admin.action(description="Mark stuck executions LOST", permissions=["operate"])
@@ -962,6 +979,16 @@ def _changes_table(changes: object) -> SafeString:
     return format_html('<table class="cron-changes">{}</table>', body)
 
 
+def _who_cell(change: models.ScheduleChange) -> SafeString:
+    """The person the change's transaction named — a claim any database session can make — over the
+    database role that made it (and its application_name), which the session cannot set."""
+    if not change.actor:
+        return format_html("{}", audit.role(change))
+    return format_html('{}<br><small class="cron-quiet" title="The name is what the change\'s transaction said '
+                       '(any database session can say any name); the role is what the database recorded">'
+                       'database role: {}</small>', change.actor, audit.role(change))
+
+
 SCHEDULE_CHANGE_CSV = ("id", "changed_at", "job_name", "job_code", "actor", "db_role", "application_name", "source",
                        "changes")
 
@@ -997,8 +1024,8 @@ class ScheduleChangeAdmin(ReadOnly):
         return format_html('{}<br><small class="cron-quiet">{}</small>', change.job_name, change.job_code)
 
     @admin.display(description="who")
-    def who(self, change: models.ScheduleChange) -> str:
-        return audit.who(change)
+    def who(self, change: models.ScheduleChange) -> SafeString:
+        return _who_cell(change)
 
     @admin.display(description="what changed (before → after)")
     def changes_shown(self, change: models.ScheduleChange) -> SafeString:
@@ -1011,10 +1038,11 @@ class ScheduleChangeAdmin(ReadOnly):
         return response
 
 
-class Audited:
+class Audited(admin_access.OperateGated):
     """Mixed into django-celery-beat's admins (the periodic task and its schedules): their forms, deletes
     and actions name the admin user and where from to the audit log's triggers, in the transaction of
-    the change (``audit.set_author``). A task's page also says what its cron job's code declares."""
+    the change (``audit.set_author``). A task's page also says what its cron job's code declares. A row
+    that drives a cron job is changed only with the permission to operate cron jobs (``admin_access``)."""
 
     #: Actions that change no schedule (and send messages): left outside a transaction of their own.
     UNAUDITED_ACTIONS = frozenset({"run_tasks"})

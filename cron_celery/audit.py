@@ -16,6 +16,11 @@ transaction-local settings, ``cron_celery.actor`` (the person) and ``cron_celery
 from), which the triggers read. Transaction-local, so a pooled connection never carries an author
 into somebody else's transaction. Without them a row names the database role and the
 connection's ``application_name``, from the source ``database``.
+
+The person and the source are claims: any session can set those settings to anything. The role
+(``current_user``) is not a setting: the trigger reads it from the session, which can only change it
+to a role its login was granted (``SET ROLE``). So every place that shows the person shows the role
+beside it (``role``).
 """
 
 from __future__ import annotations
@@ -93,8 +98,13 @@ def set_author(*, source: str, actor: str = "", cursor: Any = None, keep: bool =
 
 def who(change: models.ScheduleChange) -> str:
     """The person, else the database role and the connection's application name."""
-    if change.actor:
-        return change.actor
+    return change.actor or role(change)
+
+
+def role(change: models.ScheduleChange) -> str:
+    """The database role that made the change and its connection's application name: what the trigger
+    read from the database itself. The person (``actor``) is what the transaction said, and any session
+    may say any name; show this beside it."""
     return f"{change.db_role} ({change.application_name})" if change.application_name else change.db_role
 
 

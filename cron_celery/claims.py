@@ -39,8 +39,8 @@ DUPLICATE = "DUPLICATE"
 CAPPED = "CAPPED"
 
 
-#: Outcome of ``begin``: the execution waits for the job's live run (``waiting.mark``); its
-#: message is done with, and the execution is sent again when that run ends.
+#: Outcome of ``begin``: the execution waits for the job's live run, or for the paused job to be
+#: resumed (``waiting.mark``); its message is done with, and the execution is sent again then.
 WAITING = "WAITING"
 
 
@@ -52,9 +52,20 @@ GIVE_UP = "GIVE_UP"
 #: Triggers whose executions wait for a live run of their overlap-``skip`` job instead of
 #: being skipped: slots a person (a one-off run recorded ahead too), the catch-up policy or an
 #: upstream job asked for. Only a regular beat slot (``BEAT``) that meets a live run is skipped;
-#: and not for ``rate_limited`` jobs, whose extra calls are skipped.
+#: and not for ``rate_limited`` jobs, whose extra calls are skipped. The same executions that reach
+#: a paused job wait for it to be resumed (a pause does not use them up); see ``waits_its_turn``.
 BUFFERED_TRIGGERS = frozenset({enums.Trigger.BACKFILL, enums.Trigger.CATCH_UP, enums.Trigger.ENQUEUE,
                                enums.Trigger.ADMIN, enums.Trigger.UPSTREAM, enums.Trigger.ONE_OFF})
+
+
+def waits_its_turn(job: registry.Job, state: dict[str, Any]) -> bool:
+    """Whether this execution, once its row exists, waits rather than being skipped when it meets a
+    live run of its job (or, unforced, a paused job): a run somebody asked for (``BUFFERED_TRIGGERS``),
+    or the last slot of a django-celery-beat ``one_off`` task — the one beat slot sent with ``force``
+    (``dispatch.dispatch_many``), which must run once although the task is disabled with it. Never
+    for a ``rate_limited`` job."""
+    asked = state["own_trigger"] in BUFFERED_TRIGGERS or bool(state["own_force"])
+    return asked and job.pattern != enums.ExecutionPattern.RATE_LIMITED
 
 
 class JobRowMissing(LookupError):
@@ -302,7 +313,11 @@ def begin(
             return Claim(outcome=GIVE_UP, execution_id=execution_id, status_seen=own, skip_reason=reason)
         overlapping = reason in (enums.SkipReason.OVERLAP, enums.SkipReason.LOCK_UNAVAILABLE,
                                  enums.SkipReason.CONCURRENCY)
-        buffered = state["own_trigger"] in BUFFERED_TRIGGERS and job.pattern != enums.ExecutionPattern.RATE_LIMITED
+        buffered = waits_its_turn(job, state)
+        if reason == enums.SkipReason.PAUSED and execution_id is not None and own == S.PENDING and buffered:
+            # Asked for: the pause holds it (unsent) until the job is resumed; it does not use it up.
+            waiting.mark(cursor, execution_id, None, paused=True)
+            return Claim(outcome=WAITING, execution_id=execution_id, status_seen=own, skip_reason=reason)
         if overlapping and execution_id is not None and (attempted or buffered):
             if own != S.RUNNING:  # an expired RUNNING attempt is the reconciler's to end first
                 waiting.mark(cursor, execution_id, state["blocker"], **_waits_for(job, state, reason))

@@ -97,7 +97,7 @@ class SkipReason(Choices):
     LOCK_UNAVAILABLE = "LOCK_UNAVAILABLE", "Lock unavailable"  # another server holds the lock
     CONCURRENCY = "CONCURRENCY", "Concurrency limit"  # the job (max_concurrency) or its concurrency group is full
     UPSTREAM = "UPSTREAM", "Upstream did not succeed"  # an upstream job's execution of the slot failed or was skipped
-    CANCELLED = "CANCELLED", "Cancelled"  # a one-off run cancelled before it was sent
+    CANCELLED = "CANCELLED", "Cancelled"  # cancelled before it started (a one-off not sent, a waiting run)
     REMOVED = "REMOVED", "Job removed from the code"  # a deploy removed its job before it started (``removals``)
 
 

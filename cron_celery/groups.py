@@ -95,7 +95,8 @@ def full(cursor: Any, group: str, job_id: int, me: int) -> int | None:
 
 def next_to_run(group: str) -> waiting.Next | None:
     """The group's oldest waiting execution (by slot) that has room now, in its job (fewer live
-    runs than the job's own limit) and in the group; its ``lease_until`` is set to now (sent at).
+    runs than the job's own limit) and in the group, and whose job is not paused (unless it was
+    sent with ``--force``); its ``lease_until`` is set to now (sent at).
 
     The group's lock is taken by a statement of its own, so that the choosing statement sees
     every claim of the group committed before it (see ``waiting.next_to_run``); no job row is
@@ -115,6 +116,7 @@ def next_to_run(group: str) -> waiting.Next | None:
                 SELECT w.id FROM {EXE} AS w JOIN {JOB} AS wj ON wj.id = w.job_id
                 WHERE wj.concurrency_group = %(group)s
                   AND w.status IN ('PENDING', 'RETRYING') AND w.waiting_since IS NOT NULL
+                  AND {waiting.may_go("w", "wj")}
                   AND (wj.max_concurrency IS NULL
                        OR (SELECT count(*) FROM {EXE} AS own WHERE own.job_id = wj.id AND own.status = 'RUNNING'
                            AND own.lease_until > now()) < wj.max_concurrency)

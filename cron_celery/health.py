@@ -1,8 +1,10 @@
 """Is the system doing its job? The dead-man's switch behind ``health/`` and ``cron_check``.
 
 Healthy means: a beat leads and was seen within ``HEALTH["BEAT_STALE_SECONDS"]`` (only
-required when some job has a schedule), and no unpaused job's next slot is more than
-``HEALTH["OVERDUE_SECONDS"]`` late, nor any one-off run not sent yet. Each check is one indexed query.
+required while a beat is needed, ``beat_needed``: not for a job whose active window has ended),
+and no unpaused job's next slot is more than ``HEALTH["OVERDUE_SECONDS"]`` late after its
+jitter and its window's opening (``due_at``), nor any one-off run not sent yet. Each check is
+one indexed query.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 from django.db import connection
 from django.utils import timezone
 
-from cron_celery import conf, models, oneoffs
+from cron_celery import beat_needed, conf, models, oneoffs
 
 JOB = models.CronJob._meta.db_table
 EXE = models.CronExecution._meta.db_table
@@ -79,16 +81,13 @@ def check() -> Report:
     with connection.cursor() as cursor:
         cursor.execute(
             f"""
-            SELECT now(),
-                   (SELECT next_run_at FROM {JOB} WHERE next_run_at IS NOT NULL AND NOT paused
-                    ORDER BY next_run_at LIMIT 1) IS NOT NULL,
-                   b.identity, b.seen_at, extract(epoch FROM now() - b.seen_at)
+            SELECT now(), {beat_needed.SQL}, b.identity, b.seen_at, extract(epoch FROM now() - b.seen_at)
             FROM (SELECT 1) AS one
             LEFT JOIN LATERAL (SELECT identity, seen_at FROM {BEAT} WHERE "leading" ORDER BY seen_at DESC LIMIT 1) AS b
                 ON true
             """
         )
-        now, scheduled, identity, seen_at, age = cursor.fetchone()
+        now, needed, identity, seen_at, age = cursor.fetchone()
         cursor.execute(
             f"""
             SELECT name, code, next_run_at, extract(epoch FROM now() - due_at) FROM {JOB}  -- late after its jitter
@@ -114,12 +113,10 @@ def check() -> Report:
     beat = None
     if identity is not None:
         beat = {"identity": identity, "seen_at": seen_at.isoformat(), "age_seconds": round(float(age), 1)}
-    if scheduled and beat is None:
+    if needed and beat is None:  # an overdue slot or one-off is due, so needs a beat too
         reasons.append("no beat is leading: start `celery beat -S cron_celery.beat.Scheduler`")
-    elif scheduled and beat is not None and float(age) > stale:
+    elif needed and beat is not None and float(age) > stale:
         reasons.append(f"the leading beat {identity} was last seen {float(age):.0f} s ago (limit {stale:g} s)")
-    if overdue and beat is None and not scheduled:
-        reasons.append("no beat is leading: start `celery beat -S cron_celery.beat.Scheduler`")
     for item in overdue:
         what = f"one-off run (execution {item['one_off']})" if "one_off" in item else "slot"
         reasons.append(f"job {item['job']} ({item['code']}) is {item['late_seconds']:.0f} s late for its {what} "

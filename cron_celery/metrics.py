@@ -19,7 +19,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
-from cron_celery import conf, enums, leadership, models, oneoffs
+from cron_celery import beat_needed, conf, enums, leadership, models, oneoffs
 
 JOB = models.CronJob._meta.db_table
 EXE = models.CronExecution._meta.db_table
@@ -58,15 +58,14 @@ class DatabaseCollector(Collector):
             cursor.execute(
                 f"""
                 SELECT id, name, fenced_count, extract(epoch FROM last_success_at), consecutive_failures,
-                       (NOT paused AND due_at < now() - make_interval(secs => %s)), paused,
-                       (NOT paused AND next_run_at IS NOT NULL)
+                       (NOT paused AND due_at < now() - make_interval(secs => %s)), paused
                 FROM {JOB} ORDER BY name
                 """,
                 [late],
             )
             jobs = cursor.fetchall()
             # One-off runs not sent yet, through their partial index: late ones make the job overdue
-            # (as on /cron/health/), and any of them needs a beat to send it.
+            # (as on /cron/health/).
             cursor.execute(
                 f"""
                 SELECT e.job_id, bool_or(e.due_at < now() - make_interval(secs => %s))
@@ -87,8 +86,9 @@ class DatabaseCollector(Collector):
                 [list(OPEN)],
             )
             opened = cursor.fetchall()
-            cursor.execute(f'SELECT extract(epoch FROM now() - max(seen_at)) FROM {BEAT} WHERE "leading"')
-            beat_age = cursor.fetchone()[0]
+            cursor.execute(f'SELECT (SELECT extract(epoch FROM now() - max(seen_at)) FROM {BEAT} WHERE "leading"), '
+                           f'{beat_needed.SQL}')
+            beat_age, needs_beat = cursor.fetchone()
             # PENDING through its partial index (the few not delivered yet); FAILED through its own,
             # with when each channel last gave one up (the status change sets updated_at).
             cursor.execute(
@@ -109,9 +109,7 @@ class DatabaseCollector(Collector):
                            [leadership.BROKER_UNANSWERED])
             unanswered = cursor.fetchone()
         names = {job_id: name for job_id, name, *_ in jobs}
-        beat_needed = bool(waiting)
-        for job_id, name, fenced_count, success_at, in_a_row, late_now, is_paused, scheduled in jobs:
-            beat_needed = beat_needed or scheduled
+        for job_id, name, fenced_count, success_at, in_a_row, late_now, is_paused in jobs:
             paused.add_metric([name], 1.0 if is_paused else 0.0)
             fenced.add_metric([name], fenced_count)
             if success_at is not None:
@@ -158,9 +156,10 @@ class DatabaseCollector(Collector):
         if beat_age is not None:
             beat.add_metric([], float(beat_age))
         yield beat
-        needed = GaugeMetricFamily("cron_beat_needed", "1 while an unpaused job has a next slot or a one-off run "
-                                   "waits to be sent: a beat must lead")
-        needed.add_metric([], 1.0 if beat_needed else 0.0)
+        needed = GaugeMetricFamily("cron_beat_needed", "1 while an unpaused job has a slot to send (not one past its "
+                                   "window's end) or an edit to take in, or a one-off run waits to be sent: a beat "
+                                   "must lead")
+        needed.add_metric([], 1.0 if needs_beat else 0.0)
         yield needed
         alerts = GaugeMetricFamily("cron_alerts_undelivered",
                                    "Alerts not delivered: PENDING (being tried now) or FAILED (given up, "

@@ -113,9 +113,17 @@ class Cancelled:
     message: str
 
 
-def cancel(execution_ids: list[int], by: str) -> list[Cancelled]:
+def cancel(execution_ids: list[int], by: str, *, any_pending: bool = False) -> list[Cancelled]:
     """Cancel these one-offs if they were not sent yet: SKIPPED (``CANCELLED``), never sent.
-    Those already sent (or not one-offs) are left alone; the cancelled ones come back."""
+    Those already sent (or not one-offs) are left alone; the cancelled ones come back.
+
+    ``any_pending``: cancel every one of them that has not started (PENDING): besides one-offs not
+    sent, runs a pause holds, runs waiting for a live run, and sent runs no worker took yet. Safe: a
+    message of one that turns up later finds it ended and does nothing (the claim, under the job's
+    row lock, as here). A RETRYING execution is left alone: it had an attempt, whose failure a skip
+    would hide."""
+    which = "e.status = 'PENDING'" if any_pending else UNSENT
+    said = "Cancelled before it ran" if any_pending else "Cancelled before it was sent"
     if not execution_ids:
         return []
     with transaction.atomic(), connection.cursor() as cursor:
@@ -125,11 +133,11 @@ def cancel(execution_ids: list[int], by: str) -> list[Cancelled]:
         cursor.execute(
             f"""
             UPDATE {EXE} AS e SET status = 'SKIPPED', skip_reason = 'CANCELLED', completed = true, ended = now(),
-                   message = %s
-            WHERE e.id = ANY(%s) AND {UNSENT}
+                   message = %s, waiting_since = NULL, lease_until = NULL
+            WHERE e.id = ANY(%s) AND {which}
             RETURNING e.id, e.job_id, e.slot, e.message
             """,
-            [f"Cancelled before it was sent, by {by}."[:1000], execution_ids],
+            [f"{said}, by {by}."[:1000], execution_ids],
         )
         rows = cursor.fetchall()
     return [Cancelled(execution_id=int(row[0]), job_id=int(row[1]), slot=row[2], message=str(row[3])) for row in rows]

@@ -235,10 +235,11 @@ def unsent(job: registry.Job, execution_id: int, message: str) -> None:
     _announce_all(below)
 
 
-def cancelled(execution_ids: list[int], by: str) -> list[oneoffs.Cancelled]:
-    """``oneoffs.cancel``: those of these one-off runs not sent yet become SKIPPED (CANCELLED),
-    announced as skips (no alert: a person cancelled them). Returns the cancelled ones."""
-    done = oneoffs.cancel(execution_ids, by)
+def cancelled(execution_ids: list[int], by: str, *, any_pending: bool = False) -> list[oneoffs.Cancelled]:
+    """``oneoffs.cancel``: those of these one-off runs not sent yet (``any_pending``: these runs not
+    started) become SKIPPED (CANCELLED), announced as skips (no alert: a person cancelled them).
+    Returns the cancelled ones."""
+    done = oneoffs.cancel(execution_ids, by, any_pending=any_pending)
     for item in done:
         announce(jobs.job_for_row(item.job_id), item.job_id, item.execution_id, item.slot, S.SKIPPED,
                  enums.SkipReason.CANCELLED, item.message)

@@ -8,9 +8,13 @@ A pass has four steps, each bounded by ``RECONCILE["BATCH"]`` rows:
 2. **Stranded messages.** A PENDING execution that no worker started within
    ``PENDING_GRACE`` seconds (beat's publish failed, the broker lost the message), or a
    RETRYING one whose retry message never came. Slots dispatched by beat follow the job's
-   catch-up policy: ``all`` sends them again, ``latest`` only if no newer slot of the job
-   was dispatched since, ``none`` records them MISSED. Anything else (enqueued, admin,
-   retries) is sent again. Each is sent at most ``REPUBLISH_LIMIT`` times, then LOST.
+   catch-up policy as it is now (the job's row): ``all`` sends them again, as catch-ups (a
+   ``BEAT`` slot becomes ``CATCH_UP`` before it is sent, so it waits for a live run of its job
+   instead of being skipped), ``latest`` sends the slot again as it was (``BEAT``: skipped if
+   it meets a live run, like the newest slot beat sends after an outage) only if no newer slot
+   of the job was dispatched since, ``none`` records them MISSED. Anything else (enqueued,
+   admin, backfill, one-off, downstream, retries) is sent again with its own trigger. Each is
+   sent at most ``REPUBLISH_LIMIT`` times, then LOST.
    First the broker is asked where their messages are (``inflight``): a message still queued or
    held by a worker is late, not lost, and left alone. When the broker cannot tell (a RabbitMQ
    backlog) the execution is sent again, spaced and at most ``REPUBLISH_LIMIT`` times, then left
@@ -257,7 +261,8 @@ def _stranded(report: Report, options: dict[str, Any], me: str) -> None:
                 if resends.held(execution_id, republished, grace):
                     report.capped += 1
                 continue
-            if _send(task_name, execution_id, slot, trigger, task_id or None) and resends.counted(
+            sent_as = _resent_as(job_id, execution_id, status, trigger, catch_up)
+            if sent_as and _send(task_name, execution_id, slot, sent_as, task_id or None) and resends.counted(
                     execution_id, republished, grace):
                 report.resent += 1
             continue
@@ -287,7 +292,8 @@ def _stranded(report: Report, options: dict[str, Any], me: str) -> None:
             ):
                 report.abandoned += 1
             continue
-        if _send(task_name, execution_id, slot, trigger, task_id or None):  # counted only once sent
+        sent_as = _resent_as(job_id, execution_id, status, trigger, catch_up)
+        if sent_as and _send(task_name, execution_id, slot, sent_as, task_id or None):  # counted only once sent
             repairs.mark_resent(execution_id)
             report.resent += 1
     if late:
@@ -298,6 +304,15 @@ def _stranded(report: Report, options: dict[str, Any], me: str) -> None:
     if report.capped:
         logger.warning("cron_celery reconciler: %d execution(s) sent %d times already while the broker cannot tell "
                        "where their messages are (a backlog?): left waiting, not sent again", report.capped, limit)
+
+
+def _resent_as(job_id: int, execution_id: int, status: str, trigger: str, catch_up: str) -> str:
+    """The trigger a stranded execution is sent again with: its own, except for a beat slot of a
+    catch-up ``all`` job, which runs late and so is sent as a catch-up (``repairs.as_catch_up``,
+    written before the send); '' when it no longer waits to start."""
+    if status == S.PENDING and trigger == enums.Trigger.BEAT and catch_up == enums.CatchUp.ALL:
+        return enums.Trigger.CATCH_UP if repairs.as_catch_up(job_id, execution_id) else ""
+    return trigger
 
 
 def _where_are(task_names: dict[str, str]) -> dict[str, str] | None:

@@ -15,7 +15,7 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from cron_celery import executions, groups
+from cron_celery import executions, groups, waiting
 
 JOB = executions.JOB
 EXE = executions.EXE
@@ -187,8 +187,10 @@ def stranded(grace: float, batch: int) -> list[tuple[Any, ...]]:
                   AND NOT (trigger = 'ONE_OFF' AND celery_task_id = '')) AS e  -- the beat's to send
             -- A waiting execution is stranded only once its job has room for a run (and its
             -- concurrency group, counted as groups counts it), and only the job's oldest one: it
-            -- is the one that runs next.
+            -- is the one that runs next. One a pause holds is never stranded while the job is
+            -- paused (unless it was sent with --force): it is sent once the job is resumed.
             WHERE e.waiting_since IS NULL OR (
+                {waiting.may_go("e", "j")} AND
                 (j.max_concurrency IS NULL
                  OR (SELECT count(*) FROM {EXE} AS r WHERE r.job_id = e.job_id AND r.status = 'RUNNING'
                      AND r.lease_until > now()) < j.max_concurrency)
@@ -197,6 +199,7 @@ def stranded(grace: float, batch: int) -> list[tuple[Any, ...]]:
                         < (%s::jsonb ->> j.concurrency_group)::int)
                 AND e.id = (SELECT w.id FROM {EXE} AS w WHERE w.job_id = e.job_id
                             AND w.status IN ('PENDING', 'RETRYING') AND w.waiting_since IS NOT NULL
+                            AND {waiting.may_go("w", "j")}
                             ORDER BY w.slot, w.id LIMIT 1))
             ORDER BY e.job_id, e.slot LIMIT %s
             """,
@@ -212,6 +215,27 @@ def mark_late(execution_id: int) -> bool:
         cursor.execute(
             f"UPDATE {EXE} SET lease_until = now() WHERE id = %s AND status IN ('PENDING', 'RETRYING')",
             [execution_id],
+        )
+        return bool(cursor.rowcount == 1)
+
+
+def as_catch_up(job_id: int, execution_id: int) -> bool:
+    """Before a stranded beat slot of a catch-up ``all`` job is sent again: it runs late now, so it
+    becomes what the beat makes of a late slot under ``all``, a catch-up (trigger ``CATCH_UP``), which
+    waits for a live run of its job instead of being skipped (``claims.BUFFERED_TRIGGERS``). The claim
+    reads the trigger from the row, so every copy of the slot's message (the one sent now, or the
+    original turning up after all) is claimed as a catch-up. The job's row is locked first, as the
+    claim locks it, so a claim sees the trigger before or after the change, never decides between.
+    False when the execution no longer waits to start (a copy was claimed meanwhile): nothing to send."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            WITH j AS (SELECT id FROM {JOB} WHERE id = %(job)s FOR UPDATE)
+            UPDATE {EXE} SET trigger = 'CATCH_UP' FROM j
+            WHERE {EXE}.id = %(id)s AND {EXE}.job_id = j.id AND {EXE}.status = 'PENDING'
+              AND {EXE}.trigger IN ('BEAT', 'CATCH_UP')
+            """,
+            {"job": job_id, "id": execution_id},
         )
         return bool(cursor.rowcount == 1)
 

@@ -385,11 +385,11 @@ def execute(
         return Outcome(job=job.name, slot=slot, status=claims.DUPLICATE, execution_id=claim.execution_id,
                        message=S.LOST)
     if claim.outcome == claims.WAITING:
-        logger.info("%s %s waits for execution %s of the job to end (%s)", job.name, schedules.iso(slot),
-                    claim.blocker, claim.skip_reason, extra=extra)
+        what = "the job to be resumed" if claim.skip_reason == enums.SkipReason.PAUSED \
+            else f"execution {claim.blocker} of the job to end"
+        logger.info("%s %s waits for %s (%s)", job.name, schedules.iso(slot), what, claim.skip_reason, extra=extra)
         return Outcome(job=job.name, slot=slot, status=WAITING, execution_id=claim.execution_id,
-                       run_number=claim.run_number, skip_reason=claim.skip_reason,
-                       message=f"waiting for execution {claim.blocker}")
+                       run_number=claim.run_number, skip_reason=claim.skip_reason, message=f"waiting for {what}")
     if claim.outcome == claims.GIVE_UP:
         assert claim.execution_id is not None
         gave_up = outcomes.given_up(job, job_id=jobs.job_id(job), execution_id=claim.execution_id,
@@ -416,7 +416,7 @@ def execute(
                        execution_id=claim.execution_id, run_number=claim.run_number,
                        skip_reason=claim.skip_reason,
                        message=claims.SKIP_MESSAGES[claim.skip_reason],
-                       # A paused job skips its waiting executions one after the other.
+                       # A skip for the pause: a forced execution waiting behind it may go now.
                        frees_job=claim.skip_reason == enums.SkipReason.PAUSED and execution_id is not None)
     assert claim.execution_id is not None and claim.fence is not None
     cancelled = threading.Event()

@@ -3,13 +3,13 @@
 A job may declare ``start_deadline`` (seconds) and ``max_runtime`` (seconds); both are on its row.
 
 - **Late**: a PENDING execution the schedule asked for, not started ``start_deadline`` seconds after
-  it was due. A slot the beat sends is due at its ``due_at`` (the slot plus the job's jitter), a
-  one-off run at its time; a slot the beat sends late (after an outage: the newest slot of a
-  catch-up) and a downstream slot (``after=``) when they were recorded (``created_at``) — the
-  later of the two, in SQL ``greatest(due_at, created_at)``. Catch-up slots, and runs a person, a
-  backfill or the code sent, are not watched: a catch-up's lateness is the beat's outage (told by
-  the health check and Sentry's missed check-ins), somebody asked for the others, and both queue
-  behind each other on purpose.
+  it was due (not while a pause holds it: ``waiting``). A slot the beat sends is due at its
+  ``due_at`` (the slot plus the job's jitter), a one-off run at its time; a slot the beat sends
+  late (after an outage: the newest slot of a catch-up) and a downstream slot (``after=``) when
+  they were recorded (``created_at``) — the later of the two, in SQL ``greatest(due_at,
+  created_at)``. Catch-up slots, and runs a person, a backfill or the code sent, are not watched: a
+  catch-up's lateness is the beat's outage (told by the health check and Sentry's missed
+  check-ins), somebody asked for the others, and both queue behind each other on purpose.
 - **Running too long**: a RUNNING execution ``max_runtime`` seconds after its current attempt
   started (a retry or a takeover starts the count again), while its lease holds: a row whose lease
   ran out is a dead worker's, ended by the reconciler, not alerted. It is not stopped.
@@ -31,7 +31,7 @@ import datetime as dt
 
 from django.db import connection
 
-from cron_celery import executions
+from cron_celery import executions, waiting
 
 EXE, JOB = executions.EXE, executions.JOB
 
@@ -45,6 +45,8 @@ ATTEMPT_STARTED = "coalesce((e.attempts -> -1 ->> 'started')::timestamptz, e.sta
 #: A running execution whose lease still holds (its worker renews it): only those are running long.
 LIVE = "e.lease_until >= now()"
 _WATCHED = "e.trigger IN (" + ", ".join(f"'{trigger}'" for trigger in WATCHED) + ")"
+#: Not held by its job's pause (an execution ``e`` of job row ``job``).
+_NOT_HELD = waiting.may_go("e", "job")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -93,9 +95,10 @@ def _mark(column: str, status: str, since: str, bound: str, batch: int, only: st
 
 def mark_late(batch: int) -> list[Flagged]:
     """PENDING executions the schedule asked for past their job's ``start_deadline``, not marked yet:
-    marked, returned.
+    marked, returned. Not while their job is paused (unless sent with ``--force``): the pause holds
+    them on purpose (``waiting``); still waiting past the deadline once it is resumed, they are late.
     Call it in the transaction that writes their alerts."""
-    return _mark("late_alerted", "PENDING", DUE, "start_deadline", batch, _WATCHED)
+    return _mark("late_alerted", "PENDING", DUE, "start_deadline", batch, f"{_WATCHED} AND {_NOT_HELD}")
 
 
 def mark_long_running(batch: int) -> list[Flagged]:

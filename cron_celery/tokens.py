@@ -3,9 +3,12 @@
 ``CRON_CELERY["API_TOKENS"]`` maps a name to a token and its scopes::
 
     CRON_CELERY = {"API_TOKENS": {
-        "prometheus": {"token": os.environ["CRON_TOKEN_PROMETHEUS"], "scopes": ["read"]},
+        "prometheus": {"token": os.environ["CRON_TOKEN_PROMETHEUS"], "scopes": ["metrics"]},
         "deploy": {"token": os.environ["CRON_TOKEN_DEPLOY"], "scopes": ["run"]},
     }}
+
+A scope may imply others (``IMPLIES``): ``read`` gives ``metrics`` too, so a token that read
+everything before ``metrics`` existed still scrapes; ``metrics`` gives nothing else.
 
 A presented token is hashed once and compared with every configured token's hash by
 ``hmac.compare_digest`` — all of them, whatever matched, so the time taken says neither
@@ -13,8 +16,8 @@ which token matched nor how long the tokens are. Token values are never logged, 
 an answer or in a check message; ``Token`` keeps only the hash and leaves it out of its repr.
 
 The deprecated ``CRON_CELERY["API_TOKEN"]`` still works, as a token named ``API_TOKEN``
-with every scope it had (read, run and force), with a ``DeprecationWarning`` and the system
-check warning ``cron_celery.W002``. A token the checks refuse is never accepted.
+with every scope it had (read, run and force; read gives metrics), with a ``DeprecationWarning``
+and the system check warning ``cron_celery.W002``. A token the checks refuse is never accepted.
 """
 
 from __future__ import annotations
@@ -33,16 +36,21 @@ from django.dispatch import receiver
 
 from cron_celery import conf
 
-#: ``status/``, ``health/`` and ``metrics/``.
+#: ``status/`` (every job's messages and parameter values), ``health/``, and ``metrics/`` (``IMPLIES``).
 READ = "read"
+#: ``metrics/`` alone: a Prometheus scrape, which shows neither messages nor parameter values.
+METRICS = "metrics"
 #: ``POST run/<job>/`` (also with ``rerun``).
 RUN = "run"
 #: ``POST run/<job>/`` with ``force`` (runs a paused job, and a slot that already ran); needs ``run`` too.
 FORCE = "force"
 #: ``audit/``: the log of schedule changes (who changed what), for auditors; ``read`` does not give it.
 AUDIT = "audit"
-SCOPES = (READ, RUN, FORCE, AUDIT)
-#: What the deprecated ``API_TOKEN`` grants: every scope there was when it was replaced.
+SCOPES = (READ, METRICS, RUN, FORCE, AUDIT)
+#: The scopes a scope gives besides itself.
+IMPLIES: dict[str, frozenset[str]] = {READ: frozenset({METRICS})}
+#: What the deprecated ``API_TOKEN`` grants: every scope there was when it was replaced (with
+#: ``read``, ``metrics`` too).
 LEGACY_SCOPES = (READ, RUN, FORCE)
 
 #: Shortest token accepted in ``API_TOKENS``: ``secrets.token_urlsafe(32)`` gives 43 characters.
@@ -73,7 +81,7 @@ class Token:
     legacy: bool = False
 
     def allows(self, scope: str) -> bool:
-        return scope in self.scopes
+        return any(scope == given or scope in IMPLIES.get(given, ()) for given in self.scopes)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -110,9 +110,11 @@ def upcoming(now: dt.datetime, window: dt.timedelta = dt.timedelta(hours=1)) -> 
     for job in rows[:MAX_JOBS]:
         first = job.next_run_at
         assert first is not None
-        left_behind = (now - first).total_seconds() > late and (job.active_from is None or job.active_from < now)
+        # Late from its window's opening when that came after its next slot, as on the health check.
+        since = max(first, job.active_from or first)
+        left_behind = (now - since).total_seconds() > late
         if left_behind:
-            behind.append(Behind(job=job, since=max(first, job.active_from or first)))
+            behind.append(Behind(job=job, since=since))
         start, included = (now, False) if left_behind else (first, True)
         zone = job.schedule_timezone or job.timezone
         # Within the job's window: from its opening, and before its end.

@@ -3,8 +3,10 @@
 Mount them with ``path("cron/", include("cron_celery.urls"))``. Each endpoint asks for one
 thing, from a Bearer token or from a staff session:
 
-- ``status/``, ``health/``, ``metrics/``: the token scope ``read``, or the session's
+- ``status/``, ``health/``: the token scope ``read``, or the session's
   ``cron_celery.view_cronexecution`` permission (what the admin asks to show the history);
+- ``metrics/``: the scope ``metrics`` (which ``read`` gives too: ``tokens.IMPLIES``), or the same
+  permission;
 - ``POST run/<job>/``: the scope ``run`` (and ``force`` with ``force=true``), or the
   session's ``cron_celery.change_cronjob`` (``models.OPERATE_PERMISSION``, as the admin's
   run now and re-run actions, which are forced, ask);
@@ -200,7 +202,7 @@ def health_view(request: HttpRequest) -> HttpResponse:
 
 
 @require_GET
-@protected(tokens.READ, VIEW_PERMISSION)
+@protected(tokens.METRICS, VIEW_PERMISSION)
 def metrics_view(request: HttpRequest) -> HttpResponse:
     """Prometheus text format (needs the ``prometheus`` extra: prometheus-client)."""
     try:

@@ -58,6 +58,12 @@ class _FormReader(HTMLParser):
 
 def submit(client: Any, url: str, changes: dict[str, str | None]) -> Any:
     """GET ``url``, apply ``changes`` (None clears a field), POST it back; returns the response."""
+    return client.post(url, filled(client, url, changes))
+
+
+def filled(client: Any, url: str, changes: dict[str, str | None]) -> dict[str, list[str]]:
+    """The form at ``url`` as ``client`` reads it, with ``changes`` applied (None clears a field): what
+    a browser would post (another client may post it)."""
     page = client.get(url)
     assert page.status_code == 200, page.status_code
     reader = _FormReader()
@@ -69,4 +75,4 @@ def submit(client: Any, url: str, changes: dict[str, str | None]) -> Any:
             data.pop(name, None)
         else:
             data[name] = [value]
-    return client.post(url, data)
+    return data

@@ -26,12 +26,14 @@ pytestmark = pytest.mark.django_db
 READER = "reader-token-0123456789-abcdefghijklm"
 RUNNER = "runner-token-0123456789-abcdefghijklm"
 FORCER = "forcer-token-0123456789-abcdefghijklm"
+SCRAPER = "scraper-token-0123456789-abcdefghijkl"
 OLD, NEW = "rotated-out-0123456789-abcdefghijklm", "rotated-in-0123456789-abcdefghijklmn"
 LEGACY = "legacy-api-token-0123456789"
 NAMED = {
     "prometheus": {"token": READER, "scopes": ["read"]},
     "deploy": {"token": RUNNER, "scopes": ["run"]},
     "oncall": {"token": FORCER, "scopes": ["read", "run", "force"]},
+    "scraper": {"token": SCRAPER, "scopes": ["metrics"]},
 }
 READS = ["/cron/status/", "/cron/health/", "/cron/metrics/"]
 RUN = "/cron/run/calc-commission/"
@@ -72,8 +74,9 @@ def test_a_run_token_runs_but_cannot_read(client, queue, url):
     with cron_settings(API_TOKENS=NAMED):
         refused = get(client, url, RUNNER)
         sent = post(client, RUNNER, date="2026-11-29", rerun="true")
+    needed = "metrics" if url == "/cron/metrics/" else "read"  # the least scope that would do (read gives metrics)
     assert refused.status_code == 403
-    assert refused.json() == {"error": "the token lacks the scope 'read'", "missing_scope": "read"}
+    assert refused.json() == {"error": f"the token lacks the scope '{needed}'", "missing_scope": needed}
     assert "calc-commission" not in refused.content.decode() and RUNNER not in refused.content.decode()
     assert sent.status_code == 202, sent.content  # rerun needs no more than run
     assert len(queue.headers()) == 1
@@ -166,6 +169,53 @@ def test_a_duplicated_token_is_refused_for_every_name_that_uses_it(client):
     assert error.id == "cron_celery.E014" and "'a', 'b'" in error.msg and READER not in error.msg
 
 
+def every_endpoint_but(name: str) -> list[str]:
+    """Each endpoint's path (from the package's own URL list, so a new endpoint is in it), but ``name``."""
+    from django.urls import reverse
+
+    from cron_celery import urls
+
+    return [reverse(f"cron_celery:{pattern.name}", kwargs={"job": "calc-commission"} if "<" in str(pattern.pattern)
+                    else None) for pattern in urls.urlpatterns if pattern.name != name]
+
+
+def answer_of(client: Client, url: str, token: str) -> Any:
+    """The endpoint's answer to the method it takes (GET, else POST)."""
+    got = get(client, url, token)
+    return client.post(url, {"date": "2026-11-29"}, headers=bearer(token)) if got.status_code == 405 else got
+
+
+def test_a_metrics_token_scrapes_and_is_refused_everything_else(client, queue):
+    job, job_id = make_job()
+    CronJob.objects.filter(id=job_id).update(last_status="FAILED")
+    with cron_settings(API_TOKENS=NAMED):
+        scraped = get(client, "/cron/metrics/", SCRAPER)
+        refused = {url: answer_of(client, url, SCRAPER) for url in every_endpoint_but("metrics")}
+    assert scraped.status_code == 200 and job.name in scraped.content.decode()
+    assert {url for url in refused if "/run/" in url} and {"/cron/status/", "/cron/health/"} <= set(refused)
+    for url, answer in refused.items():
+        assert answer.status_code == 403, (url, answer.status_code)
+        assert answer.json()["missing_scope"] in ("read", "run", "audit"), url
+        assert job.name not in answer.content.decode()
+    assert not CronExecution.objects.exists() and queue.headers() == []
+
+
+def test_a_read_token_scrapes_too_but_a_metrics_token_does_not_read(client):
+    with cron_settings(API_TOKENS=NAMED):
+        reader = [get(client, url, READER).status_code for url in ("/cron/status/", "/cron/metrics/")]
+        scraper = [get(client, url, SCRAPER).status_code for url in ("/cron/status/", "/cron/metrics/")]
+    assert reader == [200, 200]  # read implies metrics: a read token that scraped keeps scraping
+    assert scraper == [403, 200]
+
+
+def test_an_unknown_scope_is_a_check_error_that_lists_the_scopes(client):
+    with cron_settings(API_TOKENS={"prometheus": {"token": SCRAPER, "scopes": ["metric"]}}):
+        (error,) = checks.check_tokens()
+        refused = get(client, "/cron/metrics/", SCRAPER)
+    assert error.id == "cron_celery.E014" and "['metric']" in error.msg and "metrics" in error.msg
+    assert refused.status_code == 401
+
+
 # --- the deprecated API_TOKEN ----------------------------------------------------------------
 
 def test_the_old_api_token_still_reads_runs_and_forces_with_a_deprecation_warning(client, queue):
@@ -173,8 +223,12 @@ def test_the_old_api_token_still_reads_runs_and_forces_with_a_deprecation_warnin
         with pytest.warns(DeprecationWarning, match="API_TOKENS"):
             assert get(client, "/cron/status/", LEGACY).status_code == 200
         forced = post(client, LEGACY, date="2026-11-29", force="true")
+        scraped = get(client, "/cron/metrics/", LEGACY)
+        audited = get(client, "/cron/audit/", LEGACY)
         messages = checks.check_tokens()
     assert forced.status_code == 202 and CronExecution.objects.get().forced
+    assert scraped.status_code == 200  # the scopes it had: read (status, health, metrics), run, force
+    assert audited.status_code == 403 and audited.json()["missing_scope"] == "audit"
     (warning,) = messages
     assert warning.id == "cron_celery.W002" and not warning.is_serious()
     assert "CRON_CELERY['API_TOKENS'] = {'legacy': {'token': os.environ['CRON_API_TOKEN']" in warning.msg

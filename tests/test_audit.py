@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import io
+import re
 from typing import Any
 
 import psycopg
@@ -470,3 +471,27 @@ def test_the_jobs_page_shows_its_changes_only_to_who_may_view_the_audit_log(clie
     assert "No runs yet" in page and "cron-job-changes" in page
     assert client.get(CHANGES).status_code == 200
 
+
+
+def who_cells(html: str) -> list[str]:
+    """The text of each "who" cell of the audit log's list, top to bottom."""
+    cells = re.findall(r'<td class="field-who">(.*?)</td>', html, re.S)
+    return [" ".join(re.sub(r"<[^>]+>", " ", cell).split()) for cell in cells]
+
+
+def test_a_name_any_session_can_claim_is_shown_with_the_database_role_that_made_the_change(admin_client, declare):
+    job = synced(declare)
+    before = last_id()
+    role = connection.settings_dict["USER"]
+    with other_connection("ops-console") as other, other.transaction():  # not the admin: it only says so
+        other.execute("SELECT set_config('cron_celery.actor', 'admin', true), "
+                      "set_config('cron_celery.source', 'admin: change form', true)")
+        other.execute("UPDATE django_celery_beat_periodictask SET enabled = false WHERE id = %s",
+                      [job.periodic_task_id])
+    (claimed,) = changes_of(job, after=before)
+    assert (claimed.actor, claimed.db_role, claimed.application_name) == ("admin", role, "ops-console")
+    listing = admin_client.get(CHANGES, {"job": job.id}).content.decode()
+    assert who_cells(listing)[0] == f"admin database role: {role} (ops-console)"
+    page = admin_client.get(f"{DASHBOARD}{job.id}/change/").content.decode()
+    assert f"database role: {role} (ops-console)" in page.split('class="cron-job-changes"', 1)[1]
+    assert audit.as_dict(claimed)["db_role"] == role  # the endpoint and the CSV carry it already

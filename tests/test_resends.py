@@ -11,7 +11,7 @@ import pytest
 from django.db import connection
 from django.test import override_settings
 
-from cron_celery import claims, executions, finishes, inflight, reconciler, resends, waiting
+from cron_celery import claims, executions, finishes, inflight, reconciler, resends, tasks, waiting
 from cron_celery.models import CronExecution, Status, Trigger
 from tests.conftest import make_job
 from tests.test_retries import NOW, SLOT, backdate, report, row
@@ -84,6 +84,20 @@ def test_sends_without_an_answer_are_counted_spaced_and_stop_at_the_limit_withou
     assert (r.status, r.republished, r.error_code) == (Status.PENDING, 2, "")
     assert ahead(execution_id) == pytest.approx(4 * GRACE - GRACE, abs=1)
     assert len(queue.headers()) == 2
+
+
+@reconcile_settings
+def test_a_beat_slot_of_a_catch_up_all_job_sent_without_an_answer_is_sent_as_a_catch_up(queue, cannot_tell):
+    """Sent again because the broker cannot tell, a beat slot of an 'all' job is late as much as a lost
+    one: a catch-up; the other policies' slots go as they were."""
+    every, every_id = make_job(catch_up="all")
+    latest, latest_id = make_job(catch_up="latest")
+    slots = {enqueue(every, every_id): Trigger.CATCH_UP, enqueue(latest, latest_id): Trigger.BEAT}
+    for execution_id in slots:
+        backdate(execution_id)
+    assert reconciler.run_pass(NOW) == report(resent=2)
+    assert {execution_id: row(execution_id).trigger for execution_id in slots} == slots
+    assert {h[tasks.HEADER_EXECUTION]: h[tasks.HEADER_TRIGGER] for h in queue.headers()} == slots
 
 
 @reconcile_settings

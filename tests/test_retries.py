@@ -494,9 +494,52 @@ def test_stranded_beat_slots_follow_the_catch_up_policy(queue):
     assert task_id and sent[all_new]["id"] == task_id  # the same task id as beat's message
     assert {key: h["task"] for key, h in sent.items()} == {
         stranded["latest-new"]: latest.task_name, stranded["all-old"]: every.task_name, all_new: every.task_name}
+    # Under 'all' a slot sent again runs late: a catch-up; under 'latest' it is sent as it was.
+    assert {key: (row(key).trigger, h[tasks.HEADER_TRIGGER]) for key, h in sent.items()} == {
+        stranded["latest-new"]: (Trigger.BEAT, Trigger.BEAT), stranded["all-old"]: (Trigger.CATCH_UP, Trigger.CATCH_UP),
+        all_new: (Trigger.CATCH_UP, Trigger.CATCH_UP)}
     assert row(fresh).status == Status.PENDING and row(fresh).republished == 0
     assert set(CronJob.objects.filter(id__in=[none_id, latest_id, every_id]).values_list(
         "consecutive_failures", flat=True)) == {0}  # MISSED is not a failure
+
+
+@reconcile_settings
+def test_under_catch_up_all_a_stranded_beat_slot_is_sent_again_as_a_catch_up_and_waits_for_the_live_run(queue):
+    """Only a PENDING beat slot of a job whose policy is 'all' now (the job's row: it may have changed
+    since the slot was dispatched) becomes CATCH_UP, before it is sent; every other trigger, and a retry
+    of a beat slot, is sent as it is. Both copies of the slot's message, the original (BEAT) turning up
+    after all and the one sent again, then wait for the job's live run: neither is skipped."""
+    every, every_id = make_job(catch_up="all", max_retries=1)
+    retrying = begin(every, every_id, slot=SLOT + dt.timedelta(hours=1), trigger=Trigger.BEAT)
+    assert retry(every_id, retrying, countdown=0)
+    switched, switched_id = make_job(catch_up="none")
+    rows = {
+        "beat": enqueue(every, every_id),
+        "switched": enqueue(switched, switched_id),
+        "catch-up": enqueue(every, every_id, slot=SLOT + dt.timedelta(hours=2), trigger=Trigger.CATCH_UP),
+        "backfill": enqueue(every, every_id, slot=SLOT + dt.timedelta(hours=3), trigger=Trigger.BACKFILL),
+        "enqueued": enqueue(every, every_id, slot=SLOT + dt.timedelta(hours=4), trigger=Trigger.ENQUEUE),
+        "one-off": enqueue(every, every_id, slot=SLOT + dt.timedelta(hours=5), trigger=Trigger.ONE_OFF),
+    }
+    sql(f"UPDATE {executions.EXE} SET celery_task_id = 'one-off-task' WHERE id = %s", [rows["one-off"]])
+    CronJob.objects.filter(id=switched_id).update(catch_up="all")  # a deploy changed its policy since
+    for execution_id in rows.values():
+        backdate(execution_id)
+    expire(retrying.execution_id)  # its retry was due five minutes ago and never came
+    live = begin(every, every_id, slot=SLOT + dt.timedelta(hours=6))
+    assert live.claimed
+    assert reconciler.run_pass(NOW) == report(resent=7)
+    expected = {"beat": Trigger.CATCH_UP, "switched": Trigger.CATCH_UP, "catch-up": Trigger.CATCH_UP,
+                "backfill": Trigger.BACKFILL, "enqueued": Trigger.ENQUEUE, "one-off": Trigger.ONE_OFF}
+    assert {key: row(execution_id).trigger for key, execution_id in rows.items()} == expected
+    assert row(retrying.execution_id).trigger == Trigger.BEAT  # a retry waits for a live run anyway
+    sent = {h[tasks.HEADER_EXECUTION]: h[tasks.HEADER_TRIGGER] for h in queue.headers()}
+    assert sent == {**{rows[key]: trigger for key, trigger in expected.items()},
+                    retrying.execution_id: Trigger.BEAT}
+    for trigger in (Trigger.BEAT, Trigger.CATCH_UP):  # the original message, then the copy sent again
+        claim = begin(every, every_id, execution_id=rows["beat"], trigger=trigger)
+        assert (claim.outcome, claim.blocker) == (claims.WAITING, live.execution_id), claim
+    assert (row(rows["beat"]).status, row(rows["beat"]).skip_reason) == (Status.PENDING, "")
 
 
 @reconcile_settings

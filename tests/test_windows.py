@@ -1,20 +1,40 @@
 """Active windows (``active_from``/``active_until``, the periodic task's ``start_time``/``expires``)
 and django-celery-beat's ``one_off``: the declaration's rules, the plan, ``due_at``, the sync and
-admin edits, the reconciler and backfills. Real PostgreSQL; the beats are in
-tests/faults/test_windows.py."""
+admin edits, the reconciler and backfills; what a window means to the health check, the metrics,
+the upcoming page and the beat's round. Real PostgreSQL; the beats are in tests/faults/test_windows.py."""
 
 from __future__ import annotations
 
 import datetime as dt
+import io
 import zoneinfo
+from collections import Counter
 
 import pytest
+from django.core.management import call_command
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django_celery_beat.models import PeriodicTask
+from prometheus_client.parser import text_string_to_metric_families
 
-from cron_celery import backfill, beat, dispatch, exceptions, reconciler, registry, schedule_sync, tasks
+from cron_celery import (
+    backfill,
+    beat,
+    dispatch,
+    exceptions,
+    health,
+    metrics,
+    reconciler,
+    registry,
+    schedule_sync,
+    schedules,
+    tasks,
+    upcoming,
+)
 from cron_celery.models import CronExecution, CronJob, Status
 from cron_celery.schedules import every
+from tests.celery_app import app
+from tests.conftest import Queue, db_now, wait_for
 
 T0 = dt.datetime(2026, 11, 29, 12, 0, tzinfo=dt.UTC)
 MINUTE = dt.timedelta(minutes=1)
@@ -238,3 +258,131 @@ def test_a_one_off_run_is_refused_at_a_slot_of_the_jobs_own_schedule_in_the_past
     row = CronExecution.objects.get(id=recorded.execution_id)
     assert (row.status, row.trigger, row.slot, row.due_at, row.celery_task_id) == (
         Status.PENDING, "ONE_OFF", soon, soon, "")
+
+
+# --- who needs a beat, and what is overdue -----------------------------------------------------
+
+def in_process_beat() -> beat.Scheduler:
+    """The beat's scheduler without the process around it (the real constructor starts a whole
+    beat): ``dispatch_due`` is its round, as a leading beat runs it each tick, publishing to the
+    session's queue."""
+    scheduler = beat.Scheduler.__new__(beat.Scheduler)
+    scheduler.app = app
+    scheduler.leadership = beat.Leadership(30.0)
+    scheduler._schedules, scheduler.published, scheduler.uncounted = {}, 0, Counter()
+    return scheduler
+
+
+def the_only_job(declare: object, code: str, start: dt.datetime, **window: object) -> CronJob:
+    """A one-second job with a window, synced as of ``start``: the only job with a schedule not paused
+    (the test app's other scheduled jobs are disabled in the admin's way, their periodic tasks)."""
+    declare(f"windowed-{code.lower()}", code, schedule=every(seconds=1), pattern="always",  # type: ignore[operator]
+            overlap="allow", catch_up="all", **window)
+    schedule_sync.sync(start)
+    row = CronJob.objects.select_related("periodic_task").get(code=code)
+    PeriodicTask.objects.exclude(id=row.periodic_task_id).update(enabled=False)
+    assert list(CronJob.objects.filter(paused=False, periodic_task__isnull=False).values_list("code", flat=True)) == [
+        code]
+    return row
+
+
+def scraped(job: CronJob) -> tuple[float, float]:
+    """``cron_beat_needed`` and the job's ``cron_overdue``, as Prometheus reads them."""
+    body, _ = metrics.render()
+    samples = {(sample.name, tuple(sample.labels.values())): sample.value
+               for family in text_string_to_metric_families(body.decode()) for sample in family.samples}
+    return samples["cron_beat_needed", ()], samples["cron_overdue", (job.name,)]
+
+
+def ended_job(declare: object, code: str, queue: Queue) -> tuple[CronJob, dt.datetime, beat.Scheduler]:
+    """A job whose window ended half an hour ago, after a beat sent each of its slots: its row,
+    the window's end, and that beat."""
+    closes = db_now().replace(microsecond=0) - 30 * MINUTE
+    row = the_only_job(declare, code, closes - dt.timedelta(seconds=5), active_until=closes)
+    scheduler = in_process_beat()
+    assert scheduler.dispatch_due() == scheduler.tick_seconds  # edits taken in, the window's slots sent: idle
+    slots = [closes - dt.timedelta(seconds=n) for n in range(4, 0, -1)]
+    assert list(CronExecution.objects.filter(job_id=row.id).order_by("slot").values_list("slot", flat=True)) == slots
+    assert [headers["cron_slot"] for headers in queue.headers()] == [schedules.iso(slot) for slot in slots]
+    row.refresh_from_db()
+    assert (row.next_run_at, row.due_at, row.active_until, row.paused) == (closes, None, closes, False)
+    return row, closes, scheduler
+
+
+@pytest.mark.django_db
+def test_a_job_whose_window_has_ended_needs_no_beat_is_never_overdue_and_costs_the_beat_nothing(declare, queue):
+    row, _closes, scheduler = ended_job(declare, "W11", queue)
+    # No beat leads (none ever has): nothing needs one, and the job is not late for anything.
+    assert scraped(row) == (0.0, 0.0)
+    report = health.check()
+    assert (report.ok, report.reasons, report.overdue, report.beat) == (True, [], [], None)
+    out = io.StringIO()
+    call_command("cron_check", stdout=out)
+    assert out.getvalue().strip() == "cron: ok"
+    # The beat's round is its one idle statement: the job is neither due nor edited, so never selected.
+    sent = len(queue.headers())
+    with CaptureQueriesContext(connection) as statements:
+        assert scheduler.dispatch_due() == scheduler.tick_seconds
+    assert len(statements.captured_queries) == 1
+    assert dispatch.next_due()[:2] == (None, False)
+    assert dispatch.due_jobs(db_now() + dt.timedelta(days=3650)) == []
+    assert len(queue.headers()) == sent and CronExecution.objects.filter(job_id=row.id).count() == 4
+
+
+@pytest.mark.django_db
+def test_a_job_whose_window_opens_later_needs_a_beat_but_is_not_overdue_before_it_opens(declare):
+    now = db_now()
+    opens = now.replace(microsecond=0) + dt.timedelta(hours=1)
+    row = the_only_job(declare, "W12", now, active_from=opens)
+    schedule_sync.apply_edits(now)  # the other jobs' pause, taken in as a beat would
+    row.refresh_from_db()
+    assert (row.next_run_at, row.due_at) == (opens, opens)  # its first slot is the window's first
+    assert scraped(row) == (1.0, 0.0)
+    report = health.check()
+    assert report.overdue == [] and len(report.reasons) == 1 and report.reasons[0].startswith("no beat is leading")
+    health.beat_seen("host-a:1", True)
+    assert health.check().ok
+
+    # A next slot long before the window (the window given by SQL, or by migration 0018): due when it opens.
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE cron_celery_cronjob SET next_run_at = %s WHERE id = %s", [now - dt.timedelta(days=1),
+                                                                                        row.id])
+    assert scraped(row) == (1.0, 0.0) and health.check().ok
+    assert upcoming.upcoming(now).behind == []
+    # Open ten seconds: not late yet, on the health check, the metrics and the upcoming page alike.
+    for opened, late in ((now - dt.timedelta(seconds=10), False), (now - 10 * MINUTE, True)):
+        CronJob.objects.filter(id=row.id).update(active_from=opened)
+        assert scraped(row) == (1.0, float(late))
+        assert [item["job"] for item in health.check().overdue] == ([row.name] if late else [])
+        assert [(item.job.id, item.since) for item in upcoming.upcoming(now).behind] == (
+            [(row.id, opened)] if late else [])
+
+
+@pytest.mark.django_db
+def test_an_edit_that_reopens_an_ended_window_makes_the_job_due_again_and_the_beat_sends_it(declare, queue):
+    row, closes, scheduler = ended_job(declare, "W13", queue)
+    task = row.periodic_task
+    reopened = db_now() + dt.timedelta(days=1)
+    task.expires = reopened  # the admin moves the window's end later
+    task.save()
+    # Until a beat takes the edit in, the job's row still has the old window: the edit needs a beat.
+    assert scraped(row) == (1.0, 0.0)
+    assert [reason.split(":")[0] for reason in health.check().reasons] == ["no beat is leading"]
+    edited = dt.datetime.now(dt.UTC)
+
+    def sent_again() -> bool:
+        scheduler.dispatch_due()
+        return CronExecution.objects.filter(job_id=row.id, slot__gt=closes).exists()
+
+    wait_for(sent_again, timeout=30, what="the beat to send a slot of the reopened window")
+    row.refresh_from_db()
+    assert row.active_until == reopened and row.due_at is not None and row.due_at > edited
+    new = list(CronExecution.objects.filter(job_id=row.id, slot__gt=closes).values_list("slot", flat=True))
+    assert all(slot > edited - dt.timedelta(seconds=1) for slot in new), new  # afresh: no slot of the gap
+    assert {schedules.iso(slot) for slot in new} <= {headers["cron_slot"] for headers in queue.headers()}
+    assert scraped(row) == (1.0, 0.0)
+    # Disabled in the admin: paused at once, so its edit waiting for a beat needs none.
+    task.refresh_from_db()
+    task.enabled = False
+    task.save()
+    assert scraped(row) == (0.0, 0.0) and health.check().ok

@@ -15,7 +15,10 @@
 #
 # A nullable column without a default is not written into the existing rows (no rewrite): the only wait
 # is for the brief ACCESS EXCLUSIVE lock on cron_celery_cronjob (the column, then the audit trigger
-# made again), bounded by lock_timeout; when it runs out the migration fails and can be run again.
+# made again), bounded by lock_timeout, set first and reset last in both directions (docs/migrating.md).
+# When it runs out the migration fails, and it can be run again: the column is added IF NOT EXISTS and
+# dropped IF EXISTS, and the functions and the trigger change in one statement list each way (one
+# execute(), which PostgreSQL runs as one transaction: the trigger never reads a column that is not there).
 
 import importlib
 
@@ -158,14 +161,18 @@ class Migration(migrations.Migration):
     dependencies = [("cron_celery", "0023_failed_alerts_index")]
 
     operations = [
-        migrations.RunSQL("SET lock_timeout = '10s'", migrations.RunSQL.noop),
-        migrations.AddField(
-            model_name="cronjob",
-            name="removed_at",
-            field=models.DateTimeField(
-                blank=True, null=True,
-                help_text="When a deploy found it no longer declared in the code (its edges and waiting runs "
-                          "were retired then); empty = declared"),
+        migrations.RunSQL("SET lock_timeout = '5s'", "RESET lock_timeout"),
+        migrations.RunSQL(
+            f"ALTER TABLE {JOB} ADD COLUMN IF NOT EXISTS removed_at timestamp with time zone NULL",
+            f"ALTER TABLE {JOB} DROP COLUMN IF EXISTS removed_at",
+            state_operations=[migrations.AddField(
+                model_name="cronjob",
+                name="removed_at",
+                field=models.DateTimeField(
+                    blank=True, null=True,
+                    help_text="When a deploy found it no longer declared in the code (its edges and waiting runs "
+                              "were retired then); empty = declared"),
+            )],
         ),
         migrations.AlterField(
             model_name="cronexecution",
@@ -176,7 +183,7 @@ class Migration(migrations.Migration):
                 ("CONCURRENCY", "Concurrency limit"), ("UPSTREAM", "Upstream did not succeed"),
                 ("CANCELLED", "Cancelled"), ("REMOVED", "Job removed from the code")], max_length=20),
         ),
-        # The column first: the functions below read it.
-        migrations.RunSQL(FORWARD, BACKWARD),
-        migrations.RunSQL("RESET lock_timeout", migrations.RunSQL.noop),
+        # The column first: the functions below read it. A list of one item: sent whole, not split.
+        migrations.RunSQL([FORWARD], [BACKWARD]),
+        migrations.RunSQL("RESET lock_timeout", "SET lock_timeout = '5s'"),
     ]

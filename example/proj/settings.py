@@ -97,9 +97,11 @@ CRON_CELERY: dict[str, object] = {
     "LOCK": {"MASTERS": [url for url in os.environ.get("CRON_LOCK_MASTERS", "").split(",") if url] or None,
              "TTL": 60},
     # One token per consumer, each with only the scopes it needs (32+ characters each):
-    # monitoring reads status, health and metrics; a deploy pipeline may POST run/.
+    # monitoring reads status and health; Prometheus scrapes metrics (and sees no job's messages or
+    # parameters); a deploy pipeline may POST run/.
     "API_TOKENS": {name: {"token": os.environ[variable], "scopes": scopes} for name, variable, scopes in (
-        ("monitor", "CRON_TOKEN_MONITOR", ["read"]), ("deploy", "CRON_TOKEN_DEPLOY", ["run"]),
+        ("monitor", "CRON_TOKEN_MONITOR", ["read"]), ("prometheus", "CRON_TOKEN_PROMETHEUS", ["metrics"]),
+        ("deploy", "CRON_TOKEN_DEPLOY", ["run"]),
     ) if os.environ.get(variable)},
     "ADMIN_BASE_URL": os.environ.get("CRON_ADMIN_BASE_URL", ""),
     "RETENTION_DAYS": int(os.environ.get("CRON_RETENTION_DAYS", "0")) or None,

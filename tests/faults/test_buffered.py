@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 from django.conf import settings
+from django.db import connection
 
-from cron_celery import backfill, dispatch, schedules, tasks
+from cron_celery import backfill, dispatch, executions, reconciler, schedules, tasks
 from cron_celery import jobs as job_rows
 from cron_celery.models import Alert, CronExecution, CronJob, Status, Trigger
 from tests.celery_app import app
@@ -117,6 +118,46 @@ def test_catch_up_all_and_bulk_reruns_wait_for_the_live_run(workers, marker):
     assert sorted(line.split()[1] for line in marked(marker) if line.startswith("hourly-exclusive")) == \
         sorted(row.slot.isoformat() for row in found)
     never_overlapping(found)
+
+
+def test_a_lost_beat_slot_of_a_catch_up_all_job_sent_again_during_a_live_run_waits_and_runs_once(
+        workers, marker, tmp_path):
+    """Catch-up ``all``: a beat slot whose message the broker lost (a PENDING BEAT row, no message) is sent
+    again by a reconciler pass while another run of the overlap-skip job is live (held at a gate). Late,
+    it is a catch-up: it waits for that run, then runs (never SKIPPED OVERLAP); its original message
+    turning up as well does not run it a second time."""
+    gate = tmp_path / "gate"
+    workers(concurrency=2, CRON_TEST_GATE=str(gate))
+    job = jobs.hourly_exclusive.job
+    live_slot = dt.datetime(2026, 11, 21, 5, 0, tzinfo=dt.UTC)
+    live = tasks.send_run(job, live_slot, Trigger.ENQUEUE)
+    wait_for(lambda: CronExecution.objects.get(id=live.execution_id).status == Status.RUNNING,
+             what="the live run to start")
+    lost_slot = live_slot + dt.timedelta(hours=1)
+    dispatched = dispatch.dispatch(job=job, job_id=job_rows.job_id(job), expected_next_run_at=None,
+                                   next_run_at=lost_slot + dt.timedelta(hours=1), run=[lost_slot], missed=[])
+    ((lost_id, _),) = dispatched.to_publish  # as beat wrote it, on time (BEAT); its message never arrives
+    with connection.cursor() as cursor:  # dispatched an hour ago: past PENDING_GRACE
+        cursor.execute(f"UPDATE {executions.EXE} SET created_at = now() - interval '1 hour' WHERE id = %s",
+                       [lost_id])
+    assert reconciler.run_pass().resent == 1
+    original = CronExecution.objects.get(id=lost_id)  # the original message turns up after all
+    app.send_task(job.task_name, task_id=original.celery_task_id,
+                  headers=tasks.headers(lost_id, lost_slot, Trigger.BEAT))
+
+    def met_the_live_run() -> bool:
+        found = CronExecution.objects.get(id=lost_id)
+        return found.waiting_since is not None or found.completed
+
+    wait_for(met_the_live_run, what="the slot sent again to meet the live run")
+    gate.touch()  # the live run ends
+    wait_for(lambda: all_final("W001", 2), timeout=90, what="both runs to finish")
+    resent, ran = CronExecution.objects.get(id=lost_id), CronExecution.objects.get(id=live.execution_id)
+    assert (resent.status, resent.skip_reason, resent.trigger) == (Status.SUCCEEDED, "", Trigger.CATCH_UP), (
+        resent.status, resent.skip_reason, resent.trigger, resent.message)
+    assert ran.status == Status.SUCCEEDED and resent.started >= ran.ended
+    assert [line.split()[1] for line in marked(marker) if line.startswith("hourly-exclusive")] == [
+        live_slot.isoformat(), lost_slot.isoformat()]  # each slot's body once
 
 
 def _retry_meets_next_slot(workers, marker, **env: str) -> tuple[CronExecution, CronExecution]:

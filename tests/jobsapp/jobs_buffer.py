@@ -17,9 +17,19 @@ def _note(run: Run, label: str) -> None:
             handle.write(f"{label} {run.slot.isoformat()} {run.attempt} {os.getpid()}\n")
 
 
+def _gate() -> None:
+    """With CRON_TEST_GATE set, wait until that file exists (the test opens the gate); two minutes at most."""
+    gate = os.environ.get("CRON_TEST_GATE")
+    deadline = time.monotonic() + 120
+    while gate and not os.path.exists(gate) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 @cron_task(name="hourly-exclusive", code="W001", schedule=every(hours=1), overlap="skip", catch_up="all")
 def hourly_exclusive(run: Run) -> str:
-    """An hourly overlap-``skip`` job whose body takes CRON_TEST_SLEEP seconds (default 0.2)."""
+    """An hourly overlap-``skip`` job whose body takes CRON_TEST_SLEEP seconds (default 0.2), after
+    waiting for the gate file CRON_TEST_GATE when it is set."""
+    _gate()
     time.sleep(float(os.environ.get("CRON_TEST_SLEEP", "0.2")))
     _note(run, "hourly-exclusive")
     return f"slot {run.slot:%H:%M}"
@@ -88,3 +98,13 @@ def warehouse_load(run: Run) -> str:
 def warehouse_vacuum(run: Run) -> str:
     """One at a time (overlap ``skip``), and one of the ``warehouse`` group's two places."""
     return _timed(run, "warehouse-vacuum")
+
+
+# django-celery-beat's one_off meeting a live run (tests/faults/test_pause_holds.py): a two-second
+# overlap-``skip`` job that waits for the gate CRON_TEST_GATE, declared when CRON_TEST_ONE_OFF_WAITS is set.
+if os.environ.get("CRON_TEST_ONE_OFF_WAITS") == "1":
+    @cron_task(name="once-waits", code="W010", schedule=every(seconds=2), pattern="always", overlap="skip")
+    def once_waits(run: Run) -> str:
+        _gate()
+        _note(run, "once-waits")
+        return "ok"

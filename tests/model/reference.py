@@ -156,14 +156,17 @@ class Model:
         force = force or exe.force
         rerun = rerun or exe.forced
         attempted = exe.status in ("RETRYING", "RUNNING")
+        # Asked for (or the forced last slot of a one_off task): it waits rather than being skipped.
+        buffered = (exe.trigger in BUFFERED or exe.force) and spec.pattern != "rate_limited"
         if job.paused and not force:
-            return Decision(GIVE_UP, "PAUSED") if attempted else Decision(SKIP, "PAUSED")
+            if attempted:
+                return Decision(GIVE_UP, "PAUSED")
+            return Decision(WAITING, "PAUSED") if buffered else Decision(SKIP, "PAUSED")
         if not (force or rerun or attempted):
             reason = self._slot_reason(spec, exe.slot, exe.id)
             if reason:
                 return Decision(SKIP, reason)
         if not self.has_room(exe.job, besides=exe.id):
-            buffered = exe.trigger in BUFFERED and spec.pattern != "rate_limited"
             if attempted or buffered:
                 return Decision(WAITING, spec.over_limit)
             return Decision(SKIP, spec.over_limit)
@@ -280,12 +283,16 @@ class Model:
         self.final(exe, status)
         return status
 
+    def may_go(self, exe: Exe) -> bool:
+        """A waiting execution may be sent: its job is not paused, or it runs past a pause (force)."""
+        return exe.waiting and exe.status in ("PENDING", "RETRYING") and (not self.jobs[exe.job].paused or exe.force)
+
     def next_waiting(self, key: str) -> Exe | None:
-        """The job's oldest waiting execution, when the job has room for a run: it is sent again now."""
+        """The job's oldest waiting execution that may go, when the job has room for a run: it is sent
+        again now. A paused job's are held (unless forced)."""
         if self.jobs[key].spec.limit is None or not self.has_room(key):
             return None
-        waiting = sorted((exe for exe in self.of_job(key) if exe.waiting and exe.status in ("PENDING", "RETRYING")),
-                         key=lambda exe: (exe.slot, exe.id))
+        waiting = sorted((exe for exe in self.of_job(key) if self.may_go(exe)), key=lambda exe: (exe.slot, exe.id))
         if not waiting:
             return None
         waiting[0].fresh = True
@@ -316,8 +323,9 @@ class Model:
             if exe.status not in ("PENDING", "RETRYING") or exe.fresh:
                 continue
             if exe.waiting:
-                oldest = sorted((other for other in self.of_job(exe.job)
-                                 if other.waiting and other.status in ("PENDING", "RETRYING")),
+                if not self.may_go(exe):  # held by its job's pause: never stranded meanwhile
+                    continue
+                oldest = sorted((other for other in self.of_job(exe.job) if self.may_go(other)),
                                 key=lambda other: (other.slot, other.id))
                 if not self.has_room(exe.job) or oldest[0].id != exe.id:
                     continue
@@ -339,5 +347,7 @@ class Model:
             if exe.republished >= republish_limit:
                 self.final(exe, "LOST")
                 continue
+            if exe.status == "PENDING" and exe.trigger == "BEAT" and spec.catch_up == "all":
+                exe.trigger = "CATCH_UP"  # sent again late: a catch-up, which waits for a live run
             exe.republished += 1
             exe.fresh = True

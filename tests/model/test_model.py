@@ -528,6 +528,7 @@ def check(model: Model, jobs: h.Jobs) -> None:
         assert (row.status, row.retry_count) == expected, (
             f"execution {exe.id} ({exe.job} {exe.trigger} slot {exe.slot:%H}): row {row.status} retry {row.retry_count}"
             f", model {expected}")
+        assert row.trigger == exe.trigger, f"execution {exe.id}: trigger {row.trigger}, model {exe.trigger}"
         if exe.status in ("PENDING", "RETRYING"):
             assert row.waiting == exe.waiting, f"execution {exe.id}: waiting {row.waiting}, model {exe.waiting}"
         if exe.status == "RUNNING":

@@ -1,0 +1,166 @@
+"""cron_celery's migrations one operation at a time, for tests/test_migration_rules.py.
+
+Imported, it says what a migration sends to PostgreSQL (``sent``: what ``manage.py sqlmigrate`` prints).
+Run in a child process on an empty database of its own, it checks two things a migration under the
+lock_timeout rule must do, and prints them as one JSON line:
+
+    DJANGO_SETTINGS_MODULE=tests.settings CRON_CELERY_TEST_DB=<db> python -m tests.migration_steps cuts NAME...
+    DJANGO_SETTINGS_MODULE=tests.settings CRON_CELERY_TEST_DB=<db> python -m tests.migration_steps lock NAME
+
+``cuts``: for each migration, as if it had stopped after each of its operations (its lock_timeout ran
+out there), forwards and backwards, ``migrate`` runs it again to the end; and the schema, migrated to the
+newest state afterwards, is the one a plain ``migrate`` made. ``lock``: while another session holds a
+lock on the jobs and executions tables, the migration fails on its lock_timeout (forwards, then
+backwards) instead of waiting, and runs once the lock is gone.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+APP = "cron_celery"
+TABLES = ("cron_celery_cronjob", "cron_celery_cronexecution")
+
+#: The schema as text rows: each table's columns in their order, indexes, constraints, triggers, functions.
+CATALOG = """
+SELECT 'columns ' || c.relname, string_agg(a.attname || ' ' || format_type(a.atttypid, a.atttypmod)
+       || CASE WHEN a.attnotnull THEN ' NOT NULL' ELSE '' END
+       || coalesce(' DEFAULT ' || pg_get_expr(d.adbin, d.adrelid), ''), ', ' ORDER BY a.attnum)
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = 'public'
+JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+LEFT JOIN pg_attrdef d ON d.adrelid = c.oid AND d.adnum = a.attnum
+WHERE c.relkind = 'r' GROUP BY c.relname
+UNION ALL SELECT 'index ' || indexname, indexdef FROM pg_indexes WHERE schemaname = 'public'
+UNION ALL SELECT 'constraint ' || conname, pg_get_constraintdef(oid) FROM pg_constraint
+          WHERE connamespace = 'public'::regnamespace
+UNION ALL SELECT 'trigger ' || tgname, pg_get_triggerdef(oid) FROM pg_trigger WHERE NOT tgisinternal
+UNION ALL SELECT 'function ' || oid::regprocedure::text, md5(pg_get_functiondef(oid)) FROM pg_proc
+          WHERE pronamespace = 'public'::regnamespace
+ORDER BY 1
+"""
+
+
+def sent(name: str, *, backwards: bool = False) -> list[str]:
+    """What ``migrate`` sends for migration ``name``, one item per execute(), without Django's comments."""
+    from django.db import connection
+    from django.db.migrations.loader import MigrationLoader
+
+    loader = MigrationLoader(connection)
+    migration = loader.get_migration(APP, name)
+    items = loader.collect_sql([(migration, backwards)])
+    return [item.strip() for item in items if item.strip() and not _django_comment(item)]
+
+
+def _django_comment(item: str) -> bool:
+    """The lines ``sqlmigrate`` writes around each operation ("--", "-- Add field ...", "-- (no-op)")."""
+    return "\n" not in item.strip() and item.strip().startswith("--")
+
+
+def previous(name: str) -> str:
+    """The migration of this app that ``name`` follows."""
+    from django.db import connection
+    from django.db.migrations.loader import MigrationLoader
+
+    migration = MigrationLoader(connection).get_migration(APP, name)
+    return next(dependency for app, dependency in migration.dependencies if app == APP)
+
+
+def _run_part(name: str, done: int, *, backwards: bool) -> None:
+    """Forwards: run the first ``done`` operations of ``name``. Backwards: undo all but the first
+    ``done`` (an undo that stopped there). As a migration that failed part way, it is not recorded."""
+    from django.db import connection
+    from django.db.migrations.loader import MigrationLoader
+
+    loader = MigrationLoader(connection)
+    migration = loader.get_migration(APP, name)
+    head: Any = type(migration)(name, APP)
+    tail: Any = type(migration)(name, APP)
+    head.operations, tail.operations = migration.operations[:done], migration.operations[done:]
+    before = loader.project_state((APP, name), at_end=False)
+    with connection.schema_editor(atomic=migration.atomic) as editor:
+        if backwards:
+            tail.unapply(head.mutate_state(before), editor)
+        else:
+            head.apply(before.clone(), editor)
+
+
+def _migrate(target: str | None) -> str:
+    """``migrate cron_celery TARGET`` (None: ``migrate``, every app): "ran", or the error it ended with."""
+    from django.core.management import call_command
+
+    try:
+        call_command("migrate", *([APP, target] if target else []), verbosity=0, interactive=False)
+    except Exception as exc:
+        return f"{type(exc).__name__}: {str(exc).strip()}"
+    return "ran"
+
+
+def _catalog() -> list[list[str]]:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(CATALOG)
+        return [[str(value) for value in row] for row in cursor.fetchall()]
+
+
+def cuts(names: list[str]) -> dict[str, Any]:
+    """Each migration stopped after each operation, then run again: the ones that did not run again."""
+    from django.db import connection
+    from django.db.migrations.loader import MigrationLoader
+
+    _migrate(None)
+    newest = MigrationLoader(connection).graph.leaf_nodes(APP)[0][1]
+    reference = _catalog()
+    failed = []
+    for name in names:
+        count = len(MigrationLoader(connection).get_migration(APP, name).operations)
+        _migrate(previous(name))
+        for done in range(2, count):  # after the first operation (lock_timeout set) up to before the last
+            _run_part(name, done, backwards=False)
+            if (result := _migrate(name)) != "ran":
+                failed.append(f"{name} forwards, stopped after {done} of {count} operations: {result}")
+                return {"failed": failed, "same_schema": None}
+            _run_part(name, count - done, backwards=True)
+            if (result := _migrate(previous(name))) != "ran":
+                failed.append(f"{name} backwards, stopped after undoing {done} of {count}: {result}")
+                return {"failed": failed, "same_schema": None}
+        _migrate(name)
+    _migrate(newest)
+    return {"failed": failed, "same_schema": _catalog() == reference}
+
+
+def lock(name: str) -> dict[str, str]:
+    """``name`` forwards and backwards while another session holds the two tables, then without it."""
+    import psycopg
+    from django.db import connection
+
+    _migrate(None)
+    _migrate(previous(name))
+    settings = connection.settings_dict
+    with connection.cursor() as cursor:
+        # A bound for a migration that would wait for ever (no lock_timeout): it then fails on this instead.
+        cursor.execute("SET statement_timeout = '60s'")
+    found = {}
+    with psycopg.connect(host=settings["HOST"], port=settings["PORT"], user=settings["USER"],
+                         password=settings["PASSWORD"] or None, dbname=settings["NAME"]) as holder:
+        for direction, target in (("forwards", name), ("backwards", previous(name))):
+            holder.execute(f"LOCK TABLE {', '.join(TABLES)} IN ACCESS SHARE MODE")  # as a long read does
+            found[f"{direction}, held"] = _migrate(target)
+            holder.rollback()
+            found[f"{direction}, free"] = _migrate(target)
+    return found
+
+
+def main(argv: list[str]) -> None:
+    import django
+
+    django.setup()
+    what, names = argv[0], argv[1:]
+    result: Any = cuts(names) if what == "cuts" else lock(names[0])
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,96 @@
+"""A pytest plugin (``-p tests.sharding``) that splits one line's test files between processes
+run side by side by scripts/test.
+
+Most of the suite waits on real processes (workers, beats, servers of its own), not on the CPU,
+so two sessions per Django line finish sooner than one. Each process is a whole session of its
+own, exactly like a line: its own databases (scripts/test gives each a name), its own Celery
+queue, its own servers.
+
+``CRON_TEST_SHARD=K/N`` keeps the files that fall to process K of N (1-based). Whole files go
+together, so module fixtures are never started twice. Files are dealt heaviest first to the
+least loaded process, by the seconds recorded in ``tests/durations.json`` (a file not listed
+there counts one second per test). ``CRON_TEST_DURATIONS_OUT=PATH`` adds this session's seconds
+per file to PATH (JSON; every session of a run may name the same file), to refresh that table.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+TABLE = Path(__file__).with_name("durations.json")
+UNKNOWN_TEST_SECONDS = 1.0
+
+_spent: defaultdict[str, float] = defaultdict(float)
+
+
+def shard_of(spec: str) -> tuple[int, int]:
+    """``"K/N"`` -> (K, N), or a UsageError that says what is wrong."""
+    try:
+        index, count = (int(part) for part in spec.split("/"))
+    except ValueError:
+        raise pytest.UsageError(f"CRON_TEST_SHARD={spec!r}: expected K/N, e.g. 1/2") from None
+    if not 1 <= index <= count:
+        raise pytest.UsageError(f"CRON_TEST_SHARD={spec!r}: K must be between 1 and N")
+    return index, count
+
+
+def deal(weights: dict[str, float], count: int) -> list[set[str]]:
+    """Files into ``count`` groups of near-equal weight: heaviest first, each to the lightest group
+    (ties go to the lower group, and files of equal weight in name order, so every process deals
+    the same way)."""
+    groups: list[set[str]] = [set() for _ in range(count)]
+    loads = [0.0] * count
+    for name in sorted(weights, key=lambda file: (-weights[file], file)):
+        lightest = min(range(count), key=lambda group: (loads[group], group))
+        groups[lightest].add(name)
+        loads[lightest] += weights[name]
+    return groups
+
+
+def _file(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    spec = os.environ.get("CRON_TEST_SHARD")
+    if not spec:
+        return
+    index, count = shard_of(spec)
+    recorded = json.loads(TABLE.read_text()) if TABLE.exists() else {}
+    tests_per_file: defaultdict[str, int] = defaultdict(int)
+    for item in items:
+        tests_per_file[_file(item.nodeid)] += 1
+    weights = {name: float(recorded.get(name, UNKNOWN_TEST_SECONDS * tests)) for name, tests in tests_per_file.items()}
+    mine = deal(weights, count)[index - 1]
+    kept = [item for item in items if _file(item.nodeid) in mine]
+    dropped = [item for item in items if _file(item.nodeid) not in mine]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+    items[:] = kept
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if os.environ.get("CRON_TEST_DURATIONS_OUT"):
+        _spent[_file(report.nodeid)] += report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    out = os.environ.get("CRON_TEST_DURATIONS_OUT")
+    if not out or not _spent:
+        return
+    # Sessions side by side add their files to one table (the slower line's figure is kept).
+    with open(out, "a+") as table:
+        fcntl.flock(table, fcntl.LOCK_EX)
+        table.seek(0)
+        merged = json.loads(table.read() or "{}")
+        for name, seconds in _spent.items():
+            merged[name] = max(round(seconds, 1), merged.get(name, 0.0))
+        table.seek(0)
+        table.truncate()
+        table.write(json.dumps(dict(sorted(merged.items())), indent=1) + "\n")

@@ -1,0 +1,31 @@
+"""The split of a line's test files between sessions side by side (tests/sharding.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests import sharding
+
+
+def test_every_file_goes_to_exactly_one_session_heaviest_first_to_the_lightest() -> None:
+    weights = {"a.py": 90.0, "b.py": 60.0, "c.py": 50.0, "d.py": 20.0, "e.py": 20.0, "f.py": 1.0}
+    groups = sharding.deal(weights, 2)
+    assert set().union(*groups) == set(weights)
+    assert not groups[0] & groups[1]
+    assert groups == [{"a.py", "d.py", "e.py"}, {"b.py", "c.py", "f.py"}]  # 130 and 111
+    assert sharding.deal(weights, 2) == groups, "every session deals the same way"
+    assert sharding.deal(weights, 1) == [set(weights)]
+
+
+def test_more_sessions_than_files_leaves_some_empty() -> None:
+    assert sharding.deal({"a.py": 1.0}, 3) == [{"a.py"}, set(), set()]
+
+
+@pytest.mark.parametrize("spec", ["2", "0/2", "3/2", "a/b", "1/2/3"])
+def test_a_bad_shard_says_what_is_wrong(spec: str) -> None:
+    with pytest.raises(pytest.UsageError, match="CRON_TEST_SHARD"):
+        sharding.shard_of(spec)
+
+
+def test_a_good_shard_is_read() -> None:
+    assert sharding.shard_of("2/3") == (2, 3)
