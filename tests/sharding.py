@@ -9,7 +9,7 @@ queue, its own servers.
 ``CRON_TEST_SHARD=K/N`` keeps the files that fall to process K of N (1-based). Whole files go
 together, so module fixtures are never started twice. Files are dealt heaviest first to the
 least loaded process, by the seconds recorded in ``tests/durations.json`` (a file not listed
-there counts one second per test). ``CRON_TEST_DURATIONS_OUT=PATH`` adds this session's seconds
+there counts 0.4 s per test). ``CRON_TEST_DURATIONS_OUT=PATH`` adds this session's seconds
 per file to PATH (JSON; every session of a run may name the same file), to refresh that table.
 """
 
@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 TABLE = Path(__file__).with_name("durations.json")
-UNKNOWN_TEST_SECONDS = 1.0
+UNKNOWN_TEST_SECONDS = 0.4
 
 _spent: defaultdict[str, float] = defaultdict(float)
 
