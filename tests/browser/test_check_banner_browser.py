@@ -50,7 +50,7 @@ def test_the_dashboard_banner_names_the_check_errors_of_this_web_process(live_se
     seed()
     get_user_model().objects.create_superuser("ops", "ops@example.com", PASSWORD)
     broken = {**settings.CRON_CELERY, "LOCK": {"TTL": 120}, "LEASE_SECONDS": 60,
-              "API_TOKENS": {"prometheus": {"token": "too-short-token", "scopes": ["read", "metrics"]}}}
+              "API_TOKENS": {"prometheus": {"token": "too-short-token", "scopes": ["read", "meters"]}}}
     with override_settings(CRON_CELERY=broken):
         run_in_thread(live_server.url, look, timeout=240)
     assert (SHOTS / "dashboard-check-error.png").stat().st_size > 0
