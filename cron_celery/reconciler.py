@@ -81,7 +81,6 @@ from django.db import DatabaseError, close_old_connections, connection, transact
 
 from cron_celery import (
     alerts,
-    audit,
     beat,
     conf,
     dependencies,
@@ -405,8 +404,8 @@ def _worker_ready(**kwargs: Any) -> None:
     global _timer
     try:  # the edges of after= as this worker's code declares them (the beat writes them too)
         dependencies.sync(registry.all_jobs())
-        # and the jobs it no longer declares retired, before its first pass could re-send what they left
-        removals.sync(registry.all_jobs(), source=audit.DECLARED)
+        # (Jobs it does not declare are not retired here: in a rollout, a worker of the old code may
+        # start after the new beat. That is the deploy's schedule sync's, ``removals``.)
     except DatabaseError as error:
         logger.warning("could not write the jobs' dependencies (after=) at worker start: %s", error)
         connection.close()

@@ -15,6 +15,9 @@ the jobs its code declares (``sync``):
 - a row marked removed whose job the code declares again is unmarked ("declared": [false, true]); the
   rest of the sync gives it back its edges and its periodic task, and it runs again.
 
+Only that sync calls ``sync``, never a worker's start: in a rolling deploy a worker of the old code
+may start after the new beat, and it must not retire the jobs it does not know.
+
 The database makes sure of the rest: the after= decision gives a removed downstream job no slot, and
 names a removed upstream as the reason a downstream slot is skipped (migration 0024). A run that was
 under way at the deploy finishes on the worker that runs it (the old code's). What such a run leaves

@@ -186,9 +186,11 @@ def stranded(grace: float, batch: int) -> list[tuple[Any, ...]]:
                   AND coalesce(lease_until, created_at) < now() - make_interval(secs => %s)
                   AND NOT (trigger = 'ONE_OFF' AND celery_task_id = '')) AS e  -- the beat's to send
             -- A waiting execution is stranded only once its job has room for a run (and its
-            -- concurrency group, counted as groups counts it), and only the job's oldest one: it
-            -- is the one that runs next. One a pause holds is never stranded while the job is
-            -- paused (unless it was sent with --force): it is sent once the job is resumed.
+            -- concurrency group, counted as groups counts it), and, for a job with a limit, only
+            -- its oldest one: it is the one that runs next. One a pause holds is never stranded
+            -- while the job is paused (unless it was sent with --force): it is sent once the job is
+            -- resumed, every one at once for a job without a limit (no run of it ends to send the
+            -- next).
             WHERE e.waiting_since IS NULL OR (
                 {waiting.may_go("e", "j")} AND
                 (j.max_concurrency IS NULL
@@ -197,13 +199,14 @@ def stranded(grace: float, batch: int) -> list[tuple[Any, ...]]:
                 AND (j.concurrency_group = '' OR NOT (%s::jsonb ? j.concurrency_group)
                      OR ({groups.holding('j.concurrency_group', 'j.id', 'e.id')})
                         < (%s::jsonb ->> j.concurrency_group)::int)
-                AND e.id = (SELECT w.id FROM {EXE} AS w WHERE w.job_id = e.job_id
-                            AND w.status IN ('PENDING', 'RETRYING') AND w.waiting_since IS NOT NULL
-                            AND {waiting.may_go("w", "j")}
-                            ORDER BY w.slot, w.id LIMIT 1))
+                AND ((j.max_concurrency IS NULL AND NOT (%s::jsonb ? j.concurrency_group))
+                     OR e.id = (SELECT w.id FROM {EXE} AS w WHERE w.job_id = e.job_id
+                                AND w.status IN ('PENDING', 'RETRYING') AND w.waiting_since IS NOT NULL
+                                AND {waiting.may_go("w", "j")}
+                                ORDER BY w.slot, w.id LIMIT 1)))
             ORDER BY e.job_id, e.slot LIMIT %s
             """,
-            [grace, group_limits, group_limits, batch],
+            [grace, group_limits, group_limits, group_limits, batch],
         )
         return list(cursor.fetchall())
 

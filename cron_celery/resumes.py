@@ -7,8 +7,9 @@ reaches the paused job waits, unsent, for it to be resumed (``claims.waits_its_t
 limit (overlap ``skip``, ``max_concurrency``, a concurrency group) the oldest one, and each run
 that ends sends the next, as after any live run (``tasks.send_waiting``); for a job that runs any
 number at once, every one. A resume made anywhere else (django-celery-beat's own admin, the ORM,
-SQL), a send that is lost, or a worker killed in between: the reconciler sends the oldest held
-execution of a resumed job at its next pass (``repairs.stranded``), and the chain goes on from there.
+SQL), a send that is lost, or a worker killed in between: the reconciler sends them at its next
+pass (``repairs.stranded``): the oldest for a job with a limit, and the chain goes on from there;
+every one for a job without.
 """
 
 from __future__ import annotations

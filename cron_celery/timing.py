@@ -5,7 +5,7 @@ A job may declare ``start_deadline`` (seconds) and ``max_runtime`` (seconds); bo
 - **Late**: a PENDING execution the schedule asked for, not started ``start_deadline`` seconds after
   it was due (not while a pause holds it: ``waiting``). A slot the beat sends is due at its
   ``due_at`` (the slot plus the job's jitter), a one-off run at its time; a slot the beat sends
-  late (after an outage: the newest slot of a catch-up) and a downstream slot (``after=``) when
+  late (after an outage: the newest slot under catch-up ``latest``) and a downstream slot (``after=``) when
   they were recorded (``created_at``) — the later of the two, in SQL ``greatest(due_at,
   created_at)``. Catch-up slots, and runs a person, a backfill or the code sent, are not watched: a
   catch-up's lateness is the beat's outage (told by the health check and Sentry's missed

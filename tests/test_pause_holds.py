@@ -103,6 +103,19 @@ def test_the_reconciler_leaves_a_held_execution_alone_while_paused_and_sends_it_
     assert begin(job, job_id, execution_id=held_id, trigger=Trigger.BACKFILL).claimed
 
 
+@reconcile_settings
+def test_after_a_resume_outside_the_admin_one_pass_sends_every_held_run_of_a_job_without_a_limit(queue):
+    job, job_id = make_job("always", overlap="allow")
+    paused(job_id)
+    ids = [pending(job, job_id, slot=SLOT + dt.timedelta(hours=hour), trigger=Trigger.ENQUEUE) for hour in (3, 2, 1)]
+    for execution_id in ids:
+        assert begin(job, job_id, execution_id=execution_id, trigger=Trigger.ENQUEUE).outcome == claims.WAITING
+        backdate(execution_id, minutes=24 * 60)
+    paused(job_id, False)  # no run of it ends to send the next: the pass sends them all
+    assert reconciler.run_pass() == reconciler.Report(resent=3)
+    assert sorted(headers[tasks.HEADER_EXECUTION] for headers in queue.headers()) == sorted(ids)
+
+
 def test_a_held_one_off_is_not_alerted_late_while_its_job_is_paused():
     job, job_id = make_job(overlap="skip")
     CronJob.objects.filter(id=job_id).update(start_deadline=1, paused=True)

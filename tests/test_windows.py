@@ -13,6 +13,7 @@ from collections import Counter
 import pytest
 from django.core.management import call_command
 from django.db import connection
+from django.db.models import F
 from django.test.utils import CaptureQueriesContext
 from django_celery_beat.models import PeriodicTask
 from prometheus_client.parser import text_string_to_metric_families
@@ -386,3 +387,16 @@ def test_an_edit_that_reopens_an_ended_window_makes_the_job_due_again_and_the_be
     task.enabled = False
     task.save()
     assert scraped(row) == (0.0, 0.0) and health.check().ok
+
+
+@pytest.mark.django_db
+def test_a_fix_to_a_job_set_aside_for_its_schedule_needs_a_beat_to_take_it_in(declare):
+    """A job the beat set aside (paused, with its ``schedule_problem``) whose schedule is then fixed
+    in the admin: the fix reaches the row only through a beat, so a beat is needed, although the
+    job is still paused until then."""
+    row = the_only_job(declare, "WP1", db_now())
+    CronJob.objects.filter(id=row.id).update(paused=True, schedule_problem="the schedule cannot be planned",
+                                             schedule_seen=F("schedule_version"))
+    assert scraped(row)[0] == 0.0  # set aside, nothing to take in: no beat needed for it
+    CronJob.objects.filter(id=row.id).update(schedule_version=F("schedule_version") + 1)  # the fixing edit
+    assert scraped(row)[0] == 1.0

@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -43,11 +43,16 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 @contextmanager
 def running(tmp: Path, env: dict[str, str], *, beats: tuple[int, ...] = (0,), worker: bool = True,
-            ) -> Iterator[list[subprocess.Popen[bytes]]]:
+            synced: Callable[[], bool] | None = None) -> Iterator[list[subprocess.Popen[bytes]]]:
     """Beats (their log index) and a worker with the reconciler on, stopped after: the beats first,
-    then every execution is waited for, then the worker."""
+    then every execution is waited for, then the worker. ``synced``: the worker starts once it is
+    true (the beats' schedule sync has run), as a deploy's workers come up after its sync."""
+    procs: list[subprocess.Popen[bytes]] = []
+    if synced is not None:
+        procs = [start_beat(tmp, env, index) for index in beats]
+        wait_for(synced, timeout=60, what="the beats' schedule sync")
     started = Worker(tmp, env, pool="prefork", concurrency=2).start() if worker else None
-    procs = [start_beat(tmp, env, index) for index in beats]
+    procs = procs or [start_beat(tmp, env, index) for index in beats]
     try:
         yield procs
         for proc in procs:
@@ -146,7 +151,8 @@ def test_a_downstream_job_removed_from_the_code_leaves_nothing_running_and_comes
     assert {row.trigger for row in waiting} == {Trigger.UPSTREAM, Trigger.ONE_OFF}, waiting
     # 2. The deploy that removed rm-down: two beats start at once, a worker with the reconciler.
     removed_at = time.time()
-    with running(tmp_path, _env(marker, hook, "chain-removed"), beats=(2, 3)):
+    with running(tmp_path, _env(marker, hook, "chain-removed"), beats=(2, 3),
+                 synced=lambda: CronJob.objects.filter(name="rm-down", removed_at__isnull=False).exists()):
         wait_for(lambda: len([slot for slot in _succeeded_slots("rm-up") if slot.timestamp() > removed_at + 2]) >= 3,
                  timeout=60, what="three slots of rm-up after the deploy")
         time.sleep(5)  # reconciler passes (PENDING_GRACE 3 s) have had their say
@@ -175,3 +181,33 @@ def test_a_downstream_job_removed_from_the_code_leaves_nothing_running_and_comes
     assert CronJob.objects.get(name="rm-down").removed_at is None
     changes = [change.changes for change in ScheduleChange.objects.filter(job__name="rm-down").order_by("id")]
     assert [change.get("declared") for change in changes] == [[True, False], [False, True]], changes
+
+
+def test_a_worker_of_older_code_starting_mid_rollout_retires_nothing(
+        tmp_path, marker):
+    """A rollout: the beat and the new workers declare rm-down; a worker still on the old image (whose
+    code lacks it) restarts. Retiring a job is the deploy's schedule sync's (a beat's start,
+    ``sync_cron_schedules``), never a worker's: the old worker does not retire rm-down (its edges stay,
+    its waiting execution is not closed, nothing is audited)."""
+    hook = HttpServer().start()
+    with running(tmp_path, _env(marker, hook, "chain")):
+        wait_for(lambda: CronExecution.objects.filter(task_name="rm-down", status=Status.SUCCEEDED).exists(),
+                 timeout=60, what="rm-down to run after rm-up")
+    job = CronJob.objects.get(name="rm-down")
+    stranded = CronExecution.objects.create(
+        job=job, task_name="rm-down", task_code=job.code, slot=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
+        execution_date=dt.date(2026, 1, 1), status=Status.PENDING, trigger=Trigger.ENQUEUE,
+        celery_task_id="rm-down-stranded")
+    CronExecution.objects.filter(id=stranded.id).update(created_at=dt.datetime(2026, 1, 1, tzinfo=dt.UTC))
+    old = Worker(tmp_path, _env(marker, hook, "chain-removed"), pool="solo").start()
+    try:
+        time.sleep(6)  # its start, and reconciler passes (PENDING_GRACE 3 s), have had their say
+    finally:
+        old.stop()
+    hook.stop()
+    job.refresh_from_db()
+    assert job.removed_at is None  # (a downstream job has no periodic task of its own to unlink)
+    assert not ScheduleChange.objects.filter(job=job, changes__has_key="declared").exists()
+    stranded.refresh_from_db()
+    assert (stranded.status, stranded.skip_reason) == (Status.PENDING, ""), (stranded.status, stranded.message)
+    assert _down_edges() == 1
