@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from django.conf import settings
 from django.db import connection
+from django.db.models.functions import Now
 from prometheus_client.parser import text_string_to_metric_families
 
 from cron_celery import dispatch, metrics, tasks, waiting
@@ -99,6 +100,10 @@ def test_a_pass_while_the_broker_is_down_leaves_queued_slots_alone_and_they_run_
             CronExecution.objects.get(id=i).lease_until is not None for i in ids), timeout=60,
             what="a pass that finds the queued messages (and restarts their grace)")
         broker.stop()
+        # The grace that pass restarted runs out (by the database's clock) before the next pass.
+        wait_for(lambda: not CronExecution.objects.filter(
+            id__in=ids, lease_until__gt=Now() - dt.timedelta(seconds=1.5)).exists(), timeout=30,
+            what="the restarted grace to run out")
         done = manage("reconcile_cron", env=env, timeout=120)
         assert done.returncode == 0, done.stdout + done.stderr
         found = list(CronExecution.objects.filter(id__in=ids).order_by("slot"))
