@@ -20,7 +20,9 @@ alert of a job declared with ``alert_on_upstream=True``) and announces it after 
 One decision per downstream slot: an execution of it that exists already is left alone, except
 that the success of a re-run sent with ``--cascade`` runs the downstream slot again (and
 cascades further). A duplicate's skip (``ALREADY_RAN``, ``ALREADY_RUNNING``) decides nothing:
-the execution it met does.
+the execution it met does. A run cancelled before it started (``CANCELLED``, migration 0026)
+decides like a skip when it was the slot's run the schedule made (``SLOT_TRIGGERS``), the job's
+only one of the slot; a cancelled one-off or run somebody asked for decides nothing.
 
 The edges live in ``CronDependency`` rows written from the declarations (``sync``); the checks
 (E016) name upstreams that are not declared and upstreams that do not share one schedule.
@@ -36,13 +38,15 @@ from typing import Any
 from django.db import connection, transaction
 from django.db.models import Q
 
-from cron_celery import executions, jobs, models, registry
+from cron_celery import enums, executions, jobs, models, registry
 
 logger = logging.getLogger(__name__)
 
 EXE = executions.EXE
 JOB = executions.JOB
 DEP = models.CronDependency._meta.db_table
+#: The triggers of the runs the schedule makes for a slot: the cancel of one decides the slots below.
+SLOT_TRIGGERS = (enums.Trigger.BEAT, enums.Trigger.CATCH_UP, enums.Trigger.BACKFILL, enums.Trigger.UPSTREAM)
 
 
 def declared_edges(declared: list[registry.Job]) -> list[tuple[registry.Job, registry.Job]]:
@@ -179,14 +183,15 @@ def undecided(batch: int, grace: float, horizon_hours: float = 1) -> list[int]:
                 JOIN {JOB} AS down ON down.id = d.downstream_id
                 JOIN {EXE} AS u ON u.job_id = d.upstream_id
                 WHERE u.completed AND u.ended > now() - make_interval(hours => %s) AND down.removed_at IS NULL
-                  AND u.skip_reason NOT IN ('ALREADY_RAN', 'ALREADY_RUNNING', 'CANCELLED')  -- they decide nothing
+                  AND u.skip_reason NOT IN ('ALREADY_RAN', 'ALREADY_RUNNING', 'REMOVED')  -- they decide nothing
+                  AND NOT (u.skip_reason = 'CANCELLED' AND u.trigger <> ALL(%s))  -- nor a one-off's cancel
                   AND NOT u.params_given  -- nor does a run with parameters a person gave (its own execution)
                   AND u.ended < now() - make_interval(secs => %s) AND u.ended > down.created_at
                   AND NOT EXISTS (SELECT 1 FROM {EXE} AS x WHERE x.job_id = d.downstream_id AND x.slot = u.slot
                                   AND NOT x.params_given)
                 ORDER BY u.id LIMIT %s) AS e
             """,
-            [horizon_hours, grace, batch],
+            [horizon_hours, [trigger.value for trigger in SLOT_TRIGGERS], grace, batch],
         )
         return [int(row[0]) for row in cursor.fetchall() if row[1]]
 

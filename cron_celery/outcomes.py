@@ -238,11 +238,20 @@ def unsent(job: registry.Job, execution_id: int, message: str) -> None:
 def cancelled(execution_ids: list[int], by: str, *, any_pending: bool = False) -> list[oneoffs.Cancelled]:
     """``oneoffs.cancel``: those of these one-off runs not sent yet (``any_pending``: these runs not
     started) become SKIPPED (CANCELLED), announced as skips (no alert: a person cancelled them).
-    Returns the cancelled ones."""
-    done = oneoffs.cancel(execution_ids, by, any_pending=any_pending)
+    The cancel of a slot's run skips the downstream slots it leaves undecided (the database's rule,
+    ``dependencies``): what the listeners record of those is recorded in the cancel's transaction,
+    and they are announced after it. Returns the cancelled ones."""
+    below: list[events.Ended] = []
+    with transaction.atomic():
+        done = oneoffs.cancel(execution_ids, by, any_pending=any_pending)
+        declared = {item.job_id: jobs.job_for_row(item.job_id) for item in done}
+        for item in done:
+            below += _record_all(_skipped_below(declared[item.job_id], item.execution_id, S.SKIPPED))
     for item in done:
-        announce(jobs.job_for_row(item.job_id), item.job_id, item.execution_id, item.slot, S.SKIPPED,
-                 enums.SkipReason.CANCELLED, item.message)
+        events.ended(events.Ended(job=declared[item.job_id], job_id=item.job_id,
+                                  execution_id=item.execution_id, slot=item.slot, status=S.SKIPPED,
+                                  error_code=enums.SkipReason.CANCELLED, message=item.message))
+    _announce_all(below)
     return done
 
 

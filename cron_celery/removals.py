@@ -67,6 +67,10 @@ def sync(declared: list[registry.Job], *, source: str) -> Report:
     codes = [job.code for job in declared]
     with transaction.atomic(), connection.cursor() as cursor:
         audit.set_author(source=source, cursor=cursor)
+        # Every row this may write (bring back, mark, close the executions of) locked first, in one order:
+        # two beats of different code syncing at once (a rolling deploy) then queue, never deadlock.
+        cursor.execute(f"SELECT 1 FROM {JOB} WHERE removed_at IS NOT NULL OR code <> ALL(%s) ORDER BY id FOR UPDATE",
+                       [codes])
         cursor.execute(
             f"UPDATE {JOB} SET removed_at = NULL WHERE removed_at IS NOT NULL AND code = ANY(%s) RETURNING name, code",
             [codes])

@@ -11,7 +11,7 @@ from collections.abc import Callable
 import pytest
 
 from cron_celery import claims, dependencies, dispatch, finishes, outcomes, registry
-from cron_celery.models import CronExecution, CronJob, SkipReason, Status, Trigger
+from cron_celery.models import CronDependency, CronExecution, CronJob, SkipReason, Status, Trigger
 from cron_celery.schedules import every
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -141,4 +141,59 @@ def test_a_downstream_job_removed_from_the_code_gets_no_slot(declare):
     succeed(*jobs_["extract"])
     succeed(*jobs_["transform"])
     assert of(jobs_["load"][1]) == [] and of(jobs_["report"][1]) == []
+    assert outcomes.decided_late(100, 0) == []
+
+
+def pending(job: registry.Job, job_id: int, trigger: str) -> int:
+    """A run of the slot recorded and not started (its message unsent, or not taken yet)."""
+    return dispatch.enqueue(job=job, job_id=job_id, slot=SLOT, execution_date=SLOT.date(), trigger=trigger)[0]
+
+
+def cancel(execution_id: int) -> None:
+    assert [item.execution_id for item in outcomes.cancelled([execution_id], "test", any_pending=True)] == [
+        execution_id]
+
+
+@pytest.mark.parametrize("trigger", [Trigger.BEAT, Trigger.CATCH_UP, Trigger.BACKFILL])
+def test_cancelling_the_slots_run_of_an_upstream_skips_the_slot_below_naming_it(declare, trigger):
+    jobs_ = fan_in(declare)
+    held = pending(*jobs_["transform"], trigger)
+    ended = succeed(*jobs_["extract"])
+    assert of(jobs_["load"][1]) == []  # transform's run may still come
+    cancel(held)
+    (load,) = of(jobs_["load"][1])
+    assert (load.status, load.skip_reason, load.upstream_execution_id) == (
+        Status.SKIPPED, SkipReason.UPSTREAM, held)
+    assert load.message == (f"Skipped: upstream job bl-transform (BL2) ended SKIPPED, CANCELLED in this slot "
+                            f"(execution {held}).")
+    (report,) = of(jobs_["report"][1])
+    assert (report.status, report.upstream_execution_id) == (Status.SKIPPED, load.id)
+    assert outcomes.decided_late(100, 0) == [] and ended  # decided once, by the cancel
+
+
+def test_a_cancelled_run_somebody_asked_for_or_a_slot_run_beside_another_decides_nothing(declare):
+    jobs_ = fan_in(declare)
+    transform, transform_id = jobs_["transform"]
+    for trigger in (Trigger.ONE_OFF, Trigger.ENQUEUE, Trigger.ADMIN):  # not the slot's run: it may yet come
+        cancel(pending(transform, transform_id, trigger))
+    beat = pending(transform, transform_id, Trigger.BEAT)
+    cancel(pending(transform, transform_id, Trigger.CATCH_UP))  # the beat's run of the slot is still there
+    succeed(*jobs_["extract"])
+    assert of(jobs_["load"][1]) == [] and outcomes.decided_late(100, 0) == []
+    # The slot's last run cancelled: decided then, naming it.
+    cancel(beat)
+    (load,) = of(jobs_["load"][1])
+    assert (load.status, load.upstream_execution_id) == (Status.SKIPPED, beat)
+
+
+def test_a_cancelled_upstream_run_decides_a_slot_whose_edge_came_after_it_through_the_reconciler(declare):
+    jobs_ = fan_in(declare)
+    held = pending(*jobs_["transform"], Trigger.BEAT)
+    CronDependency.objects.filter(downstream_id=jobs_["load"][1]).delete()  # the edge not there yet
+    cancel(held)
+    dependencies.sync([job for job, _ in jobs_.values()])
+    CronJob.objects.filter(id=jobs_["load"][1]).update(created_at=SLOT - HOUR)  # declared before the cancel
+    assert outcomes.decided_late(100, 0) == [held]
+    (load,) = of(jobs_["load"][1])
+    assert (load.status, load.upstream_execution_id) == (Status.SKIPPED, held)
     assert outcomes.decided_late(100, 0) == []

@@ -123,6 +123,48 @@ def test_an_upstream_outside_its_window_skips_the_fan_in_and_the_chain_below_it(
     assert not CronExecution.objects.filter(task_name__in=["fan-in", "fan-end"]).exclude(status=Status.SKIPPED).exists()
 
 
+def test_cancelling_an_upstreams_runs_not_started_skips_the_fan_in_slots_that_waited_for_them(
+        tmp_path, marker, admin_client):
+    """fan-b's messages go to a queue nobody consumes, so its slots stay PENDING while fan-a runs
+    its own. Somebody cancels fan-b's runs in the history ("Cancel runs not started yet"): each
+    fan-in slot that waited for them is decided in the cancel's own transaction, SKIPPED (UPSTREAM)
+    naming the cancelled run, and fan-end below it. Before (aac597e), the cancel decided nothing: the
+    slots had no row when the action answered, and a reconciler pass decided them later only while
+    fan-a's success was under an hour old, naming a wrong cause ("went past this slot")."""
+    hook = HttpServer().start()
+    with running(tmp_path, _env(marker, hook, "cancel")) as beats:
+        held = CronExecution.objects.filter(task_name="fan-b", status=Status.PENDING)
+        wait_for(lambda: len([slot for slot in _succeeded_slots("fan-a")
+                              if held.filter(slot=slot).exists()]) >= 3, timeout=60,
+                 what="three slots fan-a ran while fan-b's wait untaken")
+        for beat in beats:  # no new slots: every run of fan-b is cancelled at once
+            stop(beat)
+        done = admin_client.post("/admin/cron_celery/cronexecution/", {
+            "action": "cancel_not_started", "_selected_action": list(held.values_list("id", flat=True))},
+            follow=True)
+        assert "run(s) cancelled" in done.content.decode()
+        # Read at once: the decision is the cancel's, not a later reconciler pass's.
+        cancelled = {row.slot: row for row in CronExecution.objects.filter(
+            task_name="fan-b", skip_reason=SkipReason.CANCELLED)}
+        below = {(row.task_name, row.slot): row for row in CronExecution.objects.filter(
+            task_name__in=["fan-in", "fan-end"])}
+    hook.stop()
+    waited = [slot for slot in _succeeded_slots("fan-a") if slot in cancelled]
+    assert len(waited) >= 3, (waited, cancelled)
+    for slot in waited:
+        fan_in = below.get(("fan-in", slot))
+        assert fan_in is not None, f"the fan-in slot {slot} had no row when the cancel answered"
+        assert (fan_in.status, fan_in.skip_reason) == (Status.SKIPPED, SkipReason.UPSTREAM), (slot, fan_in)
+        assert fan_in.message == (f"Skipped: upstream job fan-b (D502) ended SKIPPED, CANCELLED in this slot "
+                                  f"(execution {cancelled[slot].id}).")
+        fan_end = below[("fan-end", slot)]
+        assert (fan_end.status, fan_end.skip_reason, fan_end.upstream_execution_id) == (
+            Status.SKIPPED, SkipReason.UPSTREAM, fan_in.id)
+    assert not CronExecution.objects.filter(task_name__in=["fan-b", "fan-in", "fan-end"]).exclude(
+        status=Status.SKIPPED).exists()
+    assert not Alert.objects.filter(event="UPSTREAM").exists()  # a person cancelled them: nobody is paged
+
+
 def _down_edges() -> int:
     return CronDependency.objects.filter(downstream__name="rm-down").count()
 

@@ -4,7 +4,8 @@ CRON_TEST_DEPS:
 
 - ``paused`` / ``window``: ``fan-a`` and ``fan-b`` every two seconds, ``fan-in`` after both
   (``alert_on_upstream=True``) and ``fan-end`` after ``fan-in``. Under ``window`` the window of
-  ``fan-b`` opens in 2099: it never runs a slot of today.
+  ``fan-b`` opens in 2099: it never runs a slot of today. Under ``cancel`` the messages of ``fan-b``
+  go to a queue no worker of the test consumes: its slots stay PENDING until somebody cancels them.
 - ``chain``: ``rm-up`` every two seconds and ``rm-down`` after it; ``chain-removed``: ``rm-up``
   alone (the deploy that removed ``rm-down``). With CRON_TEST_DIE_AFTER_RM_UP set, a worker kills
   itself (its whole process group) once a success of ``rm-up`` is committed and announced: the
@@ -27,15 +28,17 @@ from tests.jobsapp.tasks import mark
 MODE = os.environ.get("CRON_TEST_DEPS", "")
 _TICK: dict[str, Any] = {"schedule": every(seconds=2), "pattern": "always", "overlap": "allow", "catch_up": "none"}
 
-if MODE in ("paused", "window"):
-    _window = {"active_from": dt.datetime(2099, 1, 1, tzinfo=dt.UTC)} if MODE == "window" else {}
+if MODE in ("paused", "window", "cancel"):
+    _b_extra: dict[str, Any] = {"active_from": dt.datetime(2099, 1, 1, tzinfo=dt.UTC)} if MODE == "window" else {}
+    if MODE == "cancel":
+        _b_extra["queue"] = f"{os.environ.get('CRON_CELERY_TEST_QUEUE', 'cron-celery-test')}-q-nobody"
 
     @cron_task(name="fan-a", code="D501", **_TICK)
     def fan_a(run: Run) -> str:
         mark(run, "fan-a")
         return "a"
 
-    @cron_task(name="fan-b", code="D502", **_TICK, **_window)
+    @cron_task(name="fan-b", code="D502", **_TICK, **_b_extra)
     def fan_b(run: Run) -> str:
         mark(run, "fan-b")
         return "b"
