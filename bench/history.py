@@ -37,7 +37,7 @@ PURGE_ROWS = 200_000
 #: The job that runs every second: a week of it.
 BUSY_ROWS = 7 * 24 * 3600
 
-#: The dashboard's 7-day figures as they were read before the rollups (migration 0013): each
+#: The dashboard's 7-day figures as they were read before the rollups (the counting triggers): each
 #: job's week of executions, scanned and sorted for the median. Kept here as the peer.
 SCANNED_WEEK = """
 SELECT j.id, (SELECT json_build_array(count(*) FILTER (WHERE completed AND status <> 'SKIPPED'),

@@ -1,7 +1,7 @@
 """How long the migrations that touch the executions and jobs tables take at ten million executions, and
 how long a claim's statements wait while each runs.
 
-    ./.venv-dj60/bin/python bench/migration_timings.py [--rows 10000000] [--jobs 300] [--first 0024] [--keep]
+    ./.venv-dj60/bin/python bench/migration_timings.py [--rows 10000000] [--jobs 300] [--first 0002] [--keep]
     ./.venv-dj60/bin/python -m bench.migration_timings ...
 
 Creates a database of its own (``cron_celery_migration_timings``, or ``BENCH_MIGRATION_DB``) on the server
@@ -232,7 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--jobs", type=int, default=300)
-    parser.add_argument("--first", default="0024", help="the first migration to time (its number)")
+    parser.add_argument("--first", default="0002",
+                        help="the first migration to time (its number; default: every one after the initial)")
     parser.add_argument("--keep", action="store_true", help="keep the database")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
@@ -262,7 +263,7 @@ def measured(args: argparse.Namespace, name: str, started_at: dt.datetime) -> in
     loader = MigrationLoader(connection)
     names = sorted(key[1] for key in loader.disk_migrations if key[0] == APP and key[1] >= args.first)
     if not names:
-        raise BenchError(f"no cron_celery migration from {args.first} on")
+        raise BenchError(f"no cron_celery migration from {args.first} on (none after 0001_initial yet)")
     previous = next(dep for app, dep in loader.get_migration(APP, names[0]).dependencies if app == APP)
     log_machine(os.cpu_count(), os.getloadavg()[0], "slower")
     log(f"migrating {name} to {previous} ...")

@@ -2,7 +2,7 @@
 state, parameters (the periodic task's ``kwargs``), active window or concurrency, what changed
 and where from.
 
-The rows (``models.ScheduleChange``) are written by database triggers (migration 0021), in the
+The rows (``models.ScheduleChange``) are written by database triggers (``migrations/_initial/audit.py``), in the
 transaction of the change, whatever made it: an admin form or action, a deploy, the beat, the ORM
 or raw SQL. Each attribute is recorded once, at the table that is its source of truth — the
 periodic task (enabled, its schedule link, kwargs, start_time/expires, one_off), the schedule rows

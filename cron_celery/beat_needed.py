@@ -4,7 +4,7 @@
 A beat is needed while any of these holds:
 
 - a job that is not paused has a slot to send: its ``due_at`` is set. The ``due_at`` trigger
-  (migration 0018) keeps it empty once the job's next slot reaches the end of its active
+  (the ``cron_celery_job_due`` trigger) keeps it empty once the job's next slot reaches the end of its active
   window (``active_until``), so a job whose window has ended needs no beat; a job whose window
   opens later has one (its ``due_at`` is the opening, plus its jitter) and needs a beat now;
 - a job that is not paused, or that the beat set aside for its schedule (paused with a

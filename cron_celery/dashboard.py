@@ -100,7 +100,7 @@ def next_run(job: models.CronJob, one_off: dt.datetime | None, now: dt.datetime)
 
 #: A job with at most this many ended executions in the week gets its figures from its rows.
 EXACT_UP_TO = 250
-#: Duration buckets a doubling, from one millisecond (the rollup trigger's, migration 0013).
+#: Duration buckets a doubling, from one millisecond (the rollup trigger's, ``migrations/_initial/counting.py``).
 PER_DOUBLING, SMALLEST = 32, 0.001
 
 

@@ -20,7 +20,7 @@ alert of a job declared with ``alert_on_upstream=True``) and announces it after 
 One decision per downstream slot: an execution of it that exists already is left alone, except
 that the success of a re-run sent with ``--cascade`` runs the downstream slot again (and
 cascades further). A duplicate's skip (``ALREADY_RAN``, ``ALREADY_RUNNING``) decides nothing:
-the execution it met does. A run cancelled before it started (``CANCELLED``, migration 0026)
+the execution it met does. A run cancelled before it started (``CANCELLED``)
 decides like a skip when it was the slot's run the schedule made (``SLOT_TRIGGERS``), the job's
 only one of the slot; a cancelled one-off or run somebody asked for decides nothing.
 

@@ -26,7 +26,7 @@ EXE = models.CronExecution._meta.db_table
 TALLY = models.Tally._meta.db_table
 BEAT = models.BeatHeartbeat._meta.db_table
 ALERT = models.Alert._meta.db_table
-#: Upper bounds (seconds) of the duration histogram's buckets (the trigger of migration 0012
+#: Upper bounds (seconds) of the duration histogram's buckets (``migrations/_initial/counting.py``
 #: has the same; ``tests/test_endpoints.py`` checks they agree).
 BUCKETS = (0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
 #: Statuses an execution leaves again: shown as a gauge, not counted.

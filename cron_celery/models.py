@@ -78,12 +78,12 @@ class CronJob(models.Model):
     jitter_ms = models.IntegerField(
         db_default=0, help_text="Each slot is sent this many milliseconds after it (its jitter). Declared in code",
     )
-    # Kept by a trigger (migration 0016): next_run_at plus the jitter, what the beat's "is it due" reads.
+    # Kept by a trigger (``cron_celery_job_due``): next_run_at plus the jitter, what the beat's "is it due" reads.
     due_at = models.DateTimeField(
         null=True, blank=True, editable=False, db_index=True,
         help_text="When the next slot is sent: next_run_at + jitter (UTC)",
     )
-    # The active window in effect (migration 0018): copied from the periodic task's start_time and
+    # The active window in effect (``cron_celery_job_due``): copied from the periodic task's start_time and
     # expires (written there from the code's active_from / active_until, editable in the admin).
     active_from = models.DateTimeField(
         null=True, blank=True, help_text="No slot before this is dispatched or recorded (UTC); empty = no start",
@@ -94,7 +94,7 @@ class CronJob(models.Model):
     one_off = models.BooleanField(
         db_default=False, help_text="The periodic task's one_off: after one slot is sent, the job is paused",
     )
-    # A job the code no longer declares (migration 0024): set by the schedule sync of the deploy that
+    # A job the code no longer declares: set by the schedule sync of the deploy that
     # removed it, which retires what it left (``removals``); cleared when the code declares it again.
     removed_at = models.DateTimeField(
         null=True, blank=True, help_text="When a deploy found it no longer declared in the code (its edges and "
@@ -103,7 +103,7 @@ class CronJob(models.Model):
     alert_repeat = models.IntegerField(
         null=True, blank=True, help_text="Seconds between repeated alerts of one incident; empty = once"
     )
-    # Timing alerts (migration 0019), declared in code: read by the reconciler's queries (LATE,
+    # Timing alerts, declared in code: read by the reconciler's queries (LATE,
     # LONG_RUNNING) and by the final write of a success (TOO_FAST).
     start_deadline = models.FloatField(
         null=True, blank=True, help_text="Seconds after it was due by which a run must have started, "
@@ -117,7 +117,7 @@ class CronJob(models.Model):
         null=True, blank=True, help_text="A success faster than this many seconds alerts TOO_FAST; "
                                          "empty = no bound. Declared in code",
     )
-    # Runs with parameters (migration 0020): the periodic task's kwargs in effect, checked against the
+    # Runs with parameters: the periodic task's kwargs in effect, checked against the
     # job's parameters when the edit is applied; the beat writes them on each execution it inserts.
     params = models.JSONField(
         null=True, blank=True, help_text="The parameter values of its scheduled runs: the periodic task's kwargs, "
@@ -127,7 +127,7 @@ class CronJob(models.Model):
         null=True, blank=True, help_text="When the open incident was last alerted; empty = no alerted incident"
     )
     consecutive_failures = models.IntegerField(default=0)
-    # The too-fast incident (migration 0026), kept like the failures' by the success's final write.
+    # The too-fast incident, kept like the failures' by the success's final write.
     too_fast_in_a_row = models.IntegerField(
         db_default=0, help_text="Successes in a row faster than min_runtime (a failure leaves the count alone)"
     )
@@ -226,7 +226,7 @@ class CronExecution(models.Model):
     long_alerted = models.BooleanField(
         db_default=False, help_text="Its LONG_RUNNING alert was recorded (still running past the job's max_runtime)",
     )
-    # Runs with parameters (migration 0020): what the body runs with is read from here, never from a message.
+    # Runs with parameters: what the body runs with is read from here, never from a message.
     params = models.JSONField(
         null=True, blank=True, help_text="The parameter values it runs with (dates as ISO strings); the parameters "
                                          "left out take their declared defaults; empty = none given",
@@ -273,7 +273,7 @@ class CronExecution(models.Model):
 
 class Tally(models.Model):
     """How many of a job's executions ended with ``status``, by duration bucket: counters kept by
-    a trigger as executions reach a final status (migration 0012), read by the metrics endpoint
+    a trigger as executions reach a final status (``migrations/_initial/counting.py``), read by the metrics endpoint
     in one row per job, status and bucket — whatever the history's size. Purging history does
     not lower them."""
 
@@ -291,7 +291,7 @@ class Tally(models.Model):
         return f"job {self.job_id} {self.status} bucket {self.bucket}: {self.count}"
 
 
-#: The dashboard's rollups keep slots of this many days (it shows 7; migration 0013's horizon).
+#: The dashboard's rollups keep slots of this many days (it shows 7; the counting triggers' ``HORIZON``).
 ROLLUP_DAYS = 8
 
 
@@ -299,7 +299,7 @@ class Hour(models.Model):
     """A job's finished executions of one hour of slots (UTC), kept by a trigger as executions
     reach a final status, follow their rows out when they are deleted, and are tidied once the
     hour is older than ``ROLLUP_DAYS``: the dashboard's 7-day success rate reads at most 169
-    of them per job, however often the job runs (migration 0013)."""
+    of them per job, however often the job runs (``migrations/_initial/counting.py``)."""
 
     job = models.ForeignKey(CronJob, on_delete=models.CASCADE, related_name="hours", db_index=False)
     hour = models.DateTimeField(help_text="The slots' hour (UTC)")
@@ -422,11 +422,11 @@ class Lease(models.Model):
 
 class ScheduleChange(models.Model):
     """One change of a job's schedule, timezone, enabled/paused state, parameters (kwargs), active
-    window or concurrency: written by database triggers (migration 0021) in the transaction of the
+    window or concurrency: written by database triggers (``migrations/_initial/audit.py``) in the transaction of the
     change, whatever made it — an admin form or action, a deploy, the beat, the ORM or raw SQL.
     One row per job per statement; read-only everywhere (``audit``)."""
 
-    # No constraint Django would manage: migration 0021 adds one with ON DELETE SET NULL, so the
+    # No constraint Django would manage: the initial migration adds one with ON DELETE SET NULL, so the
     # rows outlive their job (even one deleted by raw SQL) and keep its name and code.
     job = models.ForeignKey(CronJob, null=True, blank=True, on_delete=models.DO_NOTHING, db_constraint=False,
                             related_name="schedule_changes", db_index=False,  # the index below leads with it

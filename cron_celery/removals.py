@@ -19,7 +19,7 @@ Only that sync calls ``sync``, never a worker's start: in a rolling deploy a wor
 may start after the new beat, and it must not retire the jobs it does not know.
 
 The database makes sure of the rest: the after= decision gives a removed downstream job no slot, and
-names a removed upstream as the reason a downstream slot is skipped (migration 0024). A run that was
+names a removed upstream as the reason a downstream slot is skipped (``migrations/_initial/after.py``). A run that was
 under way at the deploy finishes on the worker that runs it (the old code's). What such a run leaves
 later is the reconciler's (``leftovers``, each pass): an execution waiting again (a retry written after
 the deploy) is closed the same way, and a running one whose lease ran out ends LOST (``JOB_REMOVED``),

@@ -7,7 +7,7 @@ declaration changed since the last sync (``declaration_hash``), so an edit made 
 admin survives restarts until the code itself changes. Jobs gone from the code are
 unlinked and their periodic task disabled, never deleted; what they left is retired (``removals``).
 
-Database triggers (migration 0003) bump ``CronJob.schedule_version`` on any edit of a
+Database triggers (``migrations/_initial/beat_sync.py``) bump ``CronJob.schedule_version`` on any edit of a
 linked periodic task or of its schedule row; ``apply_edits()`` re-reads just those jobs,
 stores the schedule in effect on the job row and moves ``next_run_at`` when it changed.
 An edit that cannot drive its job is refused for that job alone (``schedule_problems``).

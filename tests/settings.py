@@ -41,6 +41,8 @@ INSTALLED_APPS = [
     "cron_celery",
     "tests.jobsapp",
 ]
+if os.environ.get("CRON_TEST_MIGRATION_EXAMPLE"):  # tests/test_migration_rules.py's child processes only
+    INSTALLED_APPS.append("tests.migration_example")
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

@@ -6,7 +6,6 @@ Redis queue.
 from __future__ import annotations
 
 import datetime as dt
-import importlib
 import re
 import sys
 from typing import Any
@@ -37,6 +36,7 @@ from cron_celery import (
     runs,
     tasks,
 )
+from cron_celery.migrations._initial import counting
 from cron_celery.models import Alert, BeatHeartbeat, CronExecution, CronJob, Lease, Status, Trigger
 from tests.conftest import db_now, make_job
 
@@ -765,6 +765,6 @@ def plan_nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def test_the_histogram_bounds_of_the_trigger_are_the_metrics_bounds():
-    migration = importlib.import_module("cron_celery.migrations.0012_tally")
+    migration = counting
     bounds = tuple(float(bound) for bound in re.findall(r"[\d.]+", migration.BOUNDS.split("]")[0]))
     assert bounds == metrics.BUCKETS

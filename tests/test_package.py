@@ -57,8 +57,11 @@ def test_the_wheel_holds_the_package_its_templates_migrations_and_py_typed_and_n
         "cron_celery/py.typed", *(name for name in shipped if name.startswith("cron_celery/templates/"))}
     assert "cron_celery/py.typed" in package
     assert any(name.startswith("cron_celery/templates/admin/cron_celery/") for name in package)
-    migrations = sorted(path.name for path in (ROOT / "cron_celery" / "migrations").glob("0*.py"))
-    assert len(migrations) >= 20 and all(f"cron_celery/migrations/{name}" in package for name in migrations)
+    migrations = sorted(str(path.relative_to(ROOT)) for path in (ROOT / "cron_celery" / "migrations").rglob("*.py"))
+    assert "cron_celery/migrations/0001_initial.py" in migrations and all(name in package for name in migrations)
+    assert {"after", "audit", "beat_sync", "counting"} <= {
+        name.removeprefix("cron_celery/migrations/_initial/").removesuffix(".py") for name in package
+        if name.startswith("cron_celery/migrations/_initial/")}
     assert names - package == {f"{DIST_INFO}/{part}" for part in
                                ("METADATA", "WHEEL", "RECORD", "top_level.txt", "licenses/LICENSE")}
 

@@ -6,7 +6,6 @@ a purge, the hourly tidy) and through the admin page."""
 from __future__ import annotations
 
 import datetime as dt
-import importlib
 import math
 import random
 import statistics
@@ -19,13 +18,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cron_celery import dashboard, models, retention, runs
+from cron_celery.migrations._initial import counting
 from cron_celery.models import CronJob, Durations, Hour, Status, Trigger
 from tests.conftest import make_job
 
 EXE = models.CronExecution._meta.db_table
 TALLY = models.Tally._meta.db_table
 DASHBOARD = "/admin/cron_celery/cronjob/"
-ROLLUPS = importlib.import_module("cron_celery.migrations.0013_rollups")
+ROLLUPS = counting
 
 
 def sql(statement: str, params: list[Any] | None = None) -> list[tuple[Any, ...]]:
@@ -91,7 +91,7 @@ def exact_week(job_id: int) -> tuple[int, int, float | None]:
 
 @pytest.mark.django_db(transaction=True)
 def test_one_statement_of_many_final_rows_counts_each_key_once():
-    """Before (migration 0012's row-level insert trigger) a statement inserting 2,000 final rows
+    """Before (a row-level insert trigger, as the counting began) a statement inserting 2,000 final rows
     of one job wrote its tally row 2,000 times in one transaction, each write walking the earlier
     versions: the cost grew with the square of the rows. Now each (job, status, bucket) is
     written once per statement, read from PostgreSQL's per-transaction statistics."""

@@ -344,7 +344,7 @@ def test_a_job_whose_window_opens_later_needs_a_beat_but_is_not_overdue_before_i
     health.beat_seen("host-a:1", True)
     assert health.check().ok
 
-    # A next slot long before the window (the window given by SQL, or by migration 0018): due when it opens.
+    # A next slot long before the window (the window given by SQL, or by ``cron_celery_job_due``): due when it opens.
     with connection.cursor() as cursor:
         cursor.execute("UPDATE cron_celery_cronjob SET next_run_at = %s WHERE id = %s", [now - dt.timedelta(days=1),
                                                                                         row.id])
