@@ -403,7 +403,8 @@ class CronCeleryVariant(Variant):
     label = "cron_celery"
 
     def prepare(self) -> None:
-        from cron_celery import registry, schedules
+        from cron_celery import schedules
+        from cron_celery.declaring import registry
 
         every_minute = schedules.cron(EVERY_MINUTE)
         self.names: list[str] = []
@@ -416,7 +417,7 @@ class CronCeleryVariant(Variant):
         self.other = crontab(minute="*/2")  # an insert: no job's version moves
 
     def declare(self, i: int, schedule: Any) -> Any:
-        from cron_celery import registry
+        from cron_celery.declaring import registry
 
         return registry.declare(name=f"beat-scale-{i:06d}", code=f"BS-{i:06d}",
                                 task_name=f"bench.beat_scale.job_{i:06d}", schedule=schedule)
@@ -469,7 +470,7 @@ class CronCeleryVariant(Variant):
                                             task_code__startswith="BS-").count()
 
     def teardown(self) -> None:
-        from cron_celery import registry
+        from cron_celery.declaring import registry
 
         for name in getattr(self, "names", []):
             registry.unregister(name)
@@ -484,7 +485,7 @@ class JitterVariant(CronCeleryVariant):
     jitter = 30
 
     def declare(self, i: int, schedule: Any) -> Any:
-        from cron_celery import registry
+        from cron_celery.declaring import registry
 
         return registry.declare(name=f"beat-scale-{i:06d}", code=f"BS-{i:06d}",
                                 task_name=f"bench.beat_scale.job_{i:06d}", schedule=schedule, jitter=self.jitter)
@@ -499,7 +500,7 @@ class DependentsVariant(CronCeleryVariant):
     dependents = 1000
 
     def prepare(self) -> None:
-        from cron_celery import registry
+        from cron_celery.declaring import registry
 
         super().prepare()
         started = time.perf_counter()

@@ -118,7 +118,8 @@ def clean_tracked_tables() -> None:
     first run (see the note on ``jobs.ensure_job`` in docs/benchmarks.md)."""
     from django.db import connection
 
-    from cron_celery import jobs, registry
+    from cron_celery.decisions import jobs
+    from cron_celery.declaring import registry
 
     with connection.cursor() as cursor:
         cursor.execute("TRUNCATE cron_celery_cronexecution, cron_celery_cronjob, "

@@ -176,7 +176,8 @@ def figures_side_by_side(repeat: int) -> dict[str, Any]:
     job's week, timed in turn in the same database; the first page's jobs are those sorted first."""
     from django.db import connection
 
-    from cron_celery import dashboard, models
+    from cron_celery import models
+    from cron_celery.web import dashboard
 
     job_ids = list(models.CronJob.objects.order_by("name").values_list("id", flat=True)[:50])
     times: dict[str, list[float]] = {"rollups": [], "scan": []}
@@ -211,7 +212,8 @@ def _json(value: Any) -> Any:
 def purge_throughput() -> dict[str, Any]:
     from django.db import connection
 
-    from cron_celery import models, retention
+    from cron_celery import models
+    from cron_celery.reconciler import retention
 
     exe = models.CronExecution._meta.db_table
     with connection.cursor() as cursor:

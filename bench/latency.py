@@ -615,7 +615,8 @@ def publish_cost(client: Any, queue: str, messages: int = 2000, repeats: int = 3
     import statistics
 
     from bench.celery_app import app
-    from cron_celery import publishing, tasks
+    from cron_celery.beat import publishing
+    from cron_celery.run import tasks
 
     slot = utc(next_boundary(time.time()))
     names = [f"bench.latency_cost_{i:06d}" for i in range(messages)]

@@ -175,7 +175,7 @@ def cost_lines(cost: dict[str, Any] | None) -> list[str]:
         return []
     return [
         "The beat builds each message with Celery's own `create_task_message` and sends it with",
-        "`send_task_message` (`cron_celery/publishing.py`): the same message, signals and events as",
+        "`send_task_message` (`cron_celery/beat/publishing.py`): the same message, signals and events as",
         "`app.send_task`, but each task routed, Celery's settings read and each queue declared once per",
         "round instead of once per message. Measured in the same run, a round of "
         f"{int(cost['messages']):,} messages of as many tasks into kombu's batch (median of {cost['repeats']}):",

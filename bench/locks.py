@@ -9,7 +9,7 @@ Variants, each timed per iteration from building the lock object to the end of i
   pottery      ``Redlock(key=..., masters=..., auto_release_time=ttl,
                raise_on_redis_errors=True)``: ``acquire(blocking=False)``, ``release()``,
                with one and with three masters;
-  cron_celery  ``cron_celery.locks.JobLock(code).acquire()`` and ``.release()``, with one and
+  cron_celery  ``cron_celery.run.locks.JobLock(code).acquire()`` and ``.release()``, with one and
                with three masters, configured through ``settings.CRON_CELERY["LOCK"]``.
 
 Every iteration uses a key of its own, so no variant ever waits for another. The masters
@@ -248,7 +248,8 @@ def cron_celery_variant(key: str, label: str, urls: list[str]) -> Variant:
     ``override_settings`` around each chunk), clients shared by the process."""
     from django.test import override_settings
 
-    from cron_celery import conf, locks
+    from cron_celery import conf
+    from cron_celery.run import locks
 
     @contextlib.contextmanager
     def active() -> Iterator[None]:
@@ -286,7 +287,7 @@ def close_variants(variants: list[Variant]) -> None:
     """Close the benchmark's own clients, and cron_celery's (made for these masters)."""
     for variant in variants:
         variant.close()
-    from cron_celery import locks
+    from cron_celery.run import locks
 
     with locks._clients_lock:
         for client in locks._clients.values():

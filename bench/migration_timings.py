@@ -83,7 +83,7 @@ def conninfo() -> dict[str, Any]:
 
 
 def probes(job_id: int) -> list[Probe]:
-    from cron_celery import executions
+    from cron_celery.decisions import executions
 
     claim = Probe("job-row UPDATE", f"UPDATE {JOB} SET fence = fence + 1 WHERE id = %(job)s", {"job": job_id})
     insert = Probe("execution INSERT", f"""

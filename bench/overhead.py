@@ -252,7 +252,7 @@ def count_statements(runs: int) -> dict[str, Any]:
 
     from bench import tasks
     from bench.celery_app import app
-    from cron_celery import jobs as cron_jobs
+    from cron_celery.decisions import jobs as cron_jobs
 
     clean_tracked_tables()
     cron_jobs._job_ids.clear()  # the job's row was just truncated: the first run creates it
@@ -303,7 +303,7 @@ def time_commits(runs: int) -> dict[str, float]:
 
     from bench import tasks
     from bench.celery_app import app
-    from cron_celery import jobs as cron_jobs
+    from cron_celery.decisions import jobs as cron_jobs
 
     backend = DatabaseBackend(app=app)
     slots = itertools.count()

@@ -509,7 +509,7 @@ def locks_section(results: Results) -> list[str]:
             ["redis-py `Lock`", "1", "`client.lock(name, timeout=60)`, `acquire(blocking=False)`, `release()`"],
             ["pottery `Redlock`", "1 and 3", "`Redlock(key=…, masters=…, auto_release_time=60, "
              "raise_on_redis_errors=True)`, `acquire(blocking=False)`, `release()`"],
-            ["cron_celery `JobLock`", "1 and 3", "`cron_celery.locks.JobLock(code).acquire()` (must return "
+            ["cron_celery `JobLock`", "1 and 3", "`cron_celery.run.locks.JobLock(code).acquire()` (must return "
              '`"held"`), then `.release()`'],
         ]),
         "",

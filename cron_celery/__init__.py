@@ -23,9 +23,10 @@ __all__ = [
 if TYPE_CHECKING:
     from cron_celery.enums import ExecutionPattern
     from cron_celery.exceptions import JobFailed, LeaseLost, LockLost, LockUnavailable
-    from cron_celery.locks import lock
-    from cron_celery.runs import Run
-    from cron_celery.tasks import TrackedTask, cron_task, register_task
+    from cron_celery.run.decorators import cron_task, register_task
+    from cron_celery.run.locks import lock
+    from cron_celery.run.runs import Run
+    from cron_celery.run.tasks import TrackedTask
 
 _LAZY = {
     "ExecutionPattern": "cron_celery.enums",
@@ -33,11 +34,11 @@ _LAZY = {
     "LeaseLost": "cron_celery.exceptions",
     "LockLost": "cron_celery.exceptions",
     "LockUnavailable": "cron_celery.exceptions",
-    "lock": "cron_celery.locks",
-    "Run": "cron_celery.runs",
-    "TrackedTask": "cron_celery.tasks",
-    "cron_task": "cron_celery.tasks",
-    "register_task": "cron_celery.tasks",
+    "lock": "cron_celery.run.locks",
+    "Run": "cron_celery.run.runs",
+    "TrackedTask": "cron_celery.run.tasks",
+    "cron_task": "cron_celery.run.decorators",
+    "register_task": "cron_celery.run.decorators",
 }
 
 

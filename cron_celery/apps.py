@@ -22,17 +22,10 @@ class CronCeleryConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from cron_celery import (
-            alerts,
-            backfill,  # noqa: F401 - declares its task (cron_celery.publish_backfill)
-            checks,
-            events,
-            reconciler,
-            registry,
-            sentry,
-            shutdown,
-            signals,
-        )
+        from cron_celery import alerts, checks, reconciler
+        from cron_celery.alerts import sentry, signals
+        from cron_celery.declaring import registry
+        from cron_celery.run import events, shutdown
 
         # The listeners of a run's start and end, in the order they hear of it.
         for listener in (alerts.OUTBOX, signals.SIGNALS, sentry.CRONS):
@@ -44,7 +37,8 @@ class CronCeleryConfig(AppConfig):
         reconciler.connect()
         # Declare every job now, so a duplicate name or code stops start-up at once.
         registry.autodiscover()
-        from cron_celery import conf, retention
+        from cron_celery import conf
+        from cron_celery.reconciler import retention
 
         if conf.settings.RETENTION_DAYS:
             retention.declare_job()

@@ -13,17 +13,14 @@ from __future__ import annotations
 
 import logging
 import math
-import sys
-import threading
 from typing import Any
 
 from django.core import checks
-from django.core.signals import setting_changed
-from django.dispatch import receiver
 
-from cron_celery import conf, enums, tokens
+from cron_celery import check_errors, conf, enums
+from cron_celery.web import tokens
 
-TAG = "cron_celery"
+TAG = check_errors.TAG
 
 logger = logging.getLogger(__name__)
 
@@ -36,50 +33,8 @@ def connect() -> None:
     signals.worker_init.connect(_worker_init, weak=False, dispatch_uid="cron_celery.checks.worker")
 
 
-def errors() -> list[checks.CheckMessage]:
-    """cron_celery's system check errors that are not silenced."""
-    return [message for message in checks.run_checks(tags=[TAG])
-            if message.level >= checks.ERROR and not message.is_silenced()]
-
-
-_found: list[checks.CheckMessage] | None = None
-_found_lock = threading.Lock()
-
-
-def process_errors() -> list[checks.CheckMessage]:
-    """``errors()`` run once per process and kept (the health endpoint and the admin banner
-    ask on every request); run again after a settings change (tests' ``override_settings``)."""
-    global _found
-    found = _found
-    if found is None:
-        with _found_lock:
-            found = _found
-            if found is None:
-                found = _found = errors()
-    return list(found)
-
-
-@receiver(setting_changed)
-def _forget_errors(**_kwargs: Any) -> None:
-    global _found
-    _found = None
-
-
-def refuse_to_start(what: str) -> None:
-    """Stop a worker or beat that starts with cron_celery check errors. It raises
-    ``SystemExit``: Celery logs and swallows any other exception a signal receiver raises."""
-    found = errors()
-    if not found:
-        return
-    text = "\n".join(f"  {message}" + (f"\n    HINT: {message.hint}" if message.hint else "") for message in found)
-    logger.critical("cron_celery: the %s refuses to start; the system checks found:\n%s", what, text)
-    sys.stderr.write(f"cron_celery: the {what} refuses to start; the system checks found:\n{text}\n")
-    sys.stderr.flush()
-    raise SystemExit(1)
-
-
 def _worker_init(**_kwargs: Any) -> None:
-    refuse_to_start("worker")
+    check_errors.refuse_to_start("worker")
 
 
 def register() -> None:
@@ -209,7 +164,7 @@ def check_timing(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMes
         if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
             errors.append(checks.Error(f"CRON_CELERY[{key!r}] must be an integer of at least {minimum}, not {value!r}.",
                                        id="cron_celery.E002"))
-    from cron_celery import registry
+    from cron_celery.declaring import registry
 
     deadline = values.DEFAULT_START_DEADLINE
     if deadline is not None and not registry.valid_bound(deadline):
@@ -261,7 +216,8 @@ def _check_jobs() -> list[checks.CheckMessage]:
     visibility = conf.celery_visibility_timeout()
     if visibility is None:
         return []
-    from cron_celery import registry, retries
+    from cron_celery.declaring import registry
+    from cron_celery.run import retries
 
     errors: list[checks.CheckMessage] = []
     for job in registry.all_jobs():
@@ -335,7 +291,7 @@ def check_operations(app_configs: Any = None, **kwargs: Any) -> list[checks.Chec
         days = getattr(values, key)
         if days is not None and (not isinstance(days, int) or isinstance(days, bool) or days < 1):
             error(f"CRON_CELERY[{key!r}] must be a whole number of days (1 or more) or None, not {days!r}.")
-    from cron_celery import retention
+    from cron_celery.reconciler import retention
 
     try:
         retention.statuses(list(values.RETENTION_STATUSES))
@@ -368,7 +324,8 @@ def check_groups(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMes
         conf.load()
     except TypeError:
         return []
-    from cron_celery import groups, registry
+    from cron_celery.decisions import groups
+    from cron_celery.declaring import registry
 
     return [checks.Error(problem, hint="See docs/configuration.md#concurrency_groups.", id="cron_celery.E015")
             for problem in groups.problems(registry.all_jobs())]
@@ -377,7 +334,8 @@ def check_groups(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMes
 def check_dependencies(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """The jobs declared with ``after=`` (E016: an upstream that is not declared, upstreams that do
     not share one schedule — the downstream's slots would never, or only sometimes, come)."""
-    from cron_celery import dependencies, registry
+    from cron_celery.decisions import dependencies
+    from cron_celery.declaring import registry
 
     return [checks.Error(problem, hint="See docs/concepts.md#dependencies-after.", id="cron_celery.E016")
             for problem in dependencies.problems(registry.all_jobs())]

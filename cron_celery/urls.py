@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from cron_celery import views
+from cron_celery.web import views
 
 app_name = "cron_celery"
 urlpatterns = [

@@ -21,8 +21,8 @@ import pytest
 import redis
 from django.db import InterfaceError, OperationalError, connection
 
-from cron_celery import jobs as job_rows
-from cron_celery import registry
+from cron_celery.decisions import jobs as job_rows
+from cron_celery.declaring import registry
 from tests import packaging
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -17,8 +17,9 @@ from django.conf import settings
 from django.contrib.auth.models import Permission
 from django.test import Client, override_settings
 
-from cron_celery import checks, conf, tokens
+from cron_celery import check_errors, checks, conf
 from cron_celery.models import CronExecution, CronJob
+from cron_celery.web import tokens
 from tests.conftest import make_job
 
 pytestmark = pytest.mark.django_db
@@ -115,7 +116,7 @@ def test_every_configured_token_is_compared_whichever_matches(client, monkeypatc
         compared.append((a, b))
         return real(a, b)
 
-    monkeypatch.setattr(hmac, "compare_digest", spy)  # what cron_celery.tokens calls
+    monkeypatch.setattr(hmac, "compare_digest", spy)  # what cron_celery.web.tokens calls
     with cron_settings(API_TOKENS=NAMED):
         for token in (READER, FORCER, "unknown-token-0123456789-abcdefghijkl"):
             compared.clear()
@@ -137,7 +138,7 @@ def test_a_token_is_never_logged_or_echoed(client, queue, caplog):
     for value in (READER, RUNNER, FORCER, wrong):
         assert value not in said
     # The run is logged with the name of the token that sent it.
-    sent = [record.getMessage() for record in caplog.records if record.name == "cron_celery.views"]
+    sent = [record.getMessage() for record in caplog.records if record.name == "cron_celery.web.views"]
     assert len(sent) == 2 and "by the token 'deploy'" in sent[0] and "by the token 'oncall'" in sent[1]
     with cron_settings(API_TOKENS=NAMED, API_TOKEN=LEGACY), warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
@@ -305,13 +306,13 @@ def test_health_answers_503_with_the_check_id_while_a_check_finds_an_error(clien
 
 def test_the_checks_run_once_per_process_not_per_request(client, monkeypatch):
     runs: list[int] = []
-    real = checks.errors
+    real = check_errors.errors
 
     def counted() -> list[Any]:
         runs.append(1)
         return real()
 
-    monkeypatch.setattr(checks, "errors", counted)
+    monkeypatch.setattr(check_errors, "errors", counted)
     with cron_settings(API_TOKENS={"monitor": {"token": READER, "scopes": ["read"]}}):
         for _ in range(3):
             assert get(client, "/cron/health/", READER).status_code == 200

@@ -16,9 +16,11 @@ from django.test import RequestFactory, override_settings
 from django.test.utils import CaptureQueriesContext
 from django_celery_beat.models import PeriodicTask
 
-from cron_celery import backfill, claims, dispatch, finishes, schedule_sync
-from cron_celery import jobs as job_rows
+from cron_celery.beat import schedule_sync
+from cron_celery.decisions import claims, dispatch, finishes
+from cron_celery.decisions import jobs as job_rows
 from cron_celery.models import Alert, AlertStatus, CronExecution, CronJob, Status, Trigger
+from cron_celery.run import backfill
 from tests.admin_forms import submit
 from tests.jobsapp import tasks as jobs
 
@@ -303,7 +305,7 @@ def test_the_admin_is_read_only(admin_client):
 def test_the_upcoming_page_lists_the_next_hour_of_slots_across_jobs(admin_client):
     """Unpaused jobs' slots within the hour, in time order, with the schedule in words; a job that
     runs every second shows its first few and how many more; paused and later jobs are left out."""
-    from cron_celery import upcoming
+    from cron_celery.web import upcoming
 
     schedule_sync.sync()
     now = dt.datetime.now(dt.UTC).replace(microsecond=0)
@@ -345,7 +347,7 @@ def test_the_upcoming_page_needs_the_view_permission(client):
 def test_the_upcoming_page_names_a_job_the_beat_left_behind_once(admin_client):
     """A beat down for a week: the job is one line (since when, its catch-up policy), its slots are
     listed from now on, not the week it missed; every time on the page is UTC whatever TIME_ZONE."""
-    from cron_celery import upcoming
+    from cron_celery.web import upcoming
 
     schedule_sync.sync()
     now = dt.datetime.now(dt.UTC).replace(microsecond=0)
@@ -365,7 +367,8 @@ def test_the_upcoming_page_names_a_job_the_beat_left_behind_once(admin_client):
 
 @pytest.mark.parametrize("seconds", [1, 2, 7, 60, 3600])
 def test_the_upcoming_count_of_an_interval_is_the_count_of_its_slots(seconds):
-    from cron_celery import schedules, upcoming
+    from cron_celery import schedules
+    from cron_celery.web import upcoming
 
     schedule = schedules.Interval(seconds)
     after = dt.datetime(2026, 12, 2, 10, 0, 3, 250_000, tzinfo=dt.UTC)

@@ -17,7 +17,9 @@ from django.db.models import Q
 from django.test import Client
 from django_celery_beat.models import CrontabSchedule, PeriodicTask
 
-from cron_celery import Run, params, schedule_sync
+from cron_celery import Run
+from cron_celery.beat import schedule_sync
+from cron_celery.declaring import params
 from cron_celery.models import CronJob
 from tests.admin_forms import filled
 

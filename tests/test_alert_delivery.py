@@ -22,8 +22,11 @@ from django.conf import settings
 from django.db import DatabaseError, connection
 from django.test import override_settings
 
-from cron_celery import alerts, claims, exceptions, outcomes, registry, runs, tasks
+from cron_celery import alerts, exceptions
+from cron_celery.decisions import claims
+from cron_celery.declaring import registry
 from cron_celery.models import Alert, AlertStatus, CronExecution, CronJob, Status, Trigger
+from cron_celery.run import outcomes, runs, tasks
 from tests.conftest import ROOT, make_job, wait_for
 from tests.servers import HttpServer
 from tests.workers import Worker

@@ -27,24 +27,13 @@ from django.conf import settings
 from django.db import connection
 from django.test import override_settings
 
-from cron_celery import (
-    alerts,
-    checks,
-    claims,
-    dispatch,
-    exceptions,
-    executions,
-    finishes,
-    outcomes,
-    reconciler,
-    repairs,
-    runs,
-    sentry,
-    signals,
-)
+from cron_celery import alerts, checks, exceptions, reconciler
+from cron_celery.alerts import sentry, signals
+from cron_celery.decisions import claims, dispatch, executions, finishes, repairs
 from cron_celery.models import Alert, AlertStatus, CronExecution, CronJob, Event, Status, Trigger
 from cron_celery.notifiers.base import Channel, Message
 from cron_celery.notifiers.http import TelegramChannel
+from cron_celery.run import outcomes, runs
 from cron_celery.schedules import every
 from tests.celery_app import app
 from tests.conftest import make_job, wait_for

@@ -21,8 +21,12 @@ from django.db import connection, transaction
 from django.test import override_settings
 from django_celery_beat.models import CrontabSchedule, IntervalSchedule, PeriodicTask
 
-from cron_celery import audit, checks, dispatch, overrides, registry, retention, schedule_problems, schedule_sync
+from cron_celery import checks
+from cron_celery.beat import overrides, schedule_problems, schedule_sync
+from cron_celery.decisions import audit, dispatch
+from cron_celery.declaring import registry
 from cron_celery.models import CronJob, ScheduleChange
+from cron_celery.reconciler import retention
 from cron_celery.schedules import every
 from tests.admin_forms import submit
 
@@ -109,7 +113,7 @@ def test_the_jobs_pause_action_is_one_row_by_the_admin_user_not_two(declare, adm
 
 
 def test_pausing_a_job_without_a_periodic_task_is_recorded_at_the_job(admin_client):
-    from cron_celery import jobs
+    from cron_celery.decisions import jobs
 
     job_id = jobs.job_id(registry.get("calc-commission"))  # declared without a schedule of its own
     admin_client.post(DASHBOARD, {"action": "pause", "_selected_action": [job_id]})

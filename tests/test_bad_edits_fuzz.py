@@ -22,7 +22,10 @@ from django_celery_beat.models import CrontabSchedule, IntervalSchedule, Periodi
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cron_celery import alerts, beat, dispatch, params, schedule_sync
+from cron_celery import alerts, beat
+from cron_celery.beat import schedule_sync
+from cron_celery.decisions import dispatch
+from cron_celery.declaring import params
 from cron_celery.models import CronJob
 from cron_celery.schedules import every
 from tests.admin_forms import submit

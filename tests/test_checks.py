@@ -9,7 +9,7 @@ import pytest
 from django.conf import settings
 from django.test import override_settings
 
-from cron_celery import checks
+from cron_celery import check_errors, checks
 from tests.conftest import ROOT, subprocess_env
 
 
@@ -142,7 +142,7 @@ def test_a_worker_or_beat_with_a_check_error_refuses_to_start(command: tuple[str
 def test_a_silenced_check_does_not_stop_a_worker():
     with override_settings(CRON_CELERY={**settings.CRON_CELERY, "LOCK": {"TTL": 120}, "LEASE_SECONDS": 60}):
         with pytest.raises(SystemExit):
-            checks.refuse_to_start("worker")
+            check_errors.refuse_to_start("worker")
         with override_settings(SILENCED_SYSTEM_CHECKS=["cron_celery.E007"]):
-            checks.refuse_to_start("worker")  # returns: the operator chose to run with it
-    checks.refuse_to_start("worker")  # the test settings are clean
+            check_errors.refuse_to_start("worker")  # returns: the operator chose to run with it
+    check_errors.refuse_to_start("worker")  # the test settings are clean

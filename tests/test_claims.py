@@ -8,8 +8,9 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from cron_celery import claims, dispatch, executions, finishes, models
-from cron_celery import jobs as job_rows
+from cron_celery import models
+from cron_celery.decisions import claims, dispatch, executions, finishes
+from cron_celery.decisions import jobs as job_rows
 from cron_celery.models import CronExecution, CronJob, SkipReason, Status, Trigger
 from tests.conftest import make_job
 
@@ -83,7 +84,7 @@ NOTHING = {"succeeded": False, "failed": False, "live": False, "stale": False, "
     ],
 )
 def test_decision_table(pattern, overlap, state, flags, expected):
-    from cron_celery import registry
+    from cron_celery.declaring import registry
 
     limit = state.pop("concurrent", None)
     job = registry.declare(name="decide", code="D1", task_name="x", pattern=pattern, overlap=overlap,
@@ -327,7 +328,7 @@ def test_finish_twice_is_refused_the_second_time():
 def test_ensure_job_is_idempotent_and_follows_the_declaration():
     job, job_id = make_job("standard")
     assert job_rows.ensure_job(job) == job_id
-    from cron_celery import registry
+    from cron_celery.declaring import registry
 
     changed = registry.declare(name=job.name, code=job.code, task_name=job.task_name, pattern="always")
     assert job_rows.ensure_job(changed) == job_id
@@ -335,7 +336,7 @@ def test_ensure_job_is_idempotent_and_follows_the_declaration():
 
 
 def test_ensure_jobs_upserts_many_rows_in_one_statement_and_falls_back_on_a_stale_name():
-    from cron_celery import registry
+    from cron_celery.declaring import registry
 
     jobs = [make_job()[0] for _ in range(3)]
     ids = {job.code: CronJob.objects.get(code=job.code).id for job in jobs}
@@ -397,7 +398,7 @@ def test_the_one_statement_claim_yields_on_a_run_number_taken_meanwhile():
 
 
 def test_a_renamed_job_keeps_its_row_and_a_stale_name_is_moved_aside():
-    from cron_celery import registry
+    from cron_celery.declaring import registry
 
     job, job_id = make_job()
     renamed = registry.declare(name=f"{job.name}-new", code=job.code, task_name=job.task_name)

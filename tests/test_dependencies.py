@@ -15,27 +15,14 @@ from celery.exceptions import SoftTimeLimitExceeded
 from django.db import connection, connections, transaction
 from django.test import override_settings
 
-from cron_celery import (
-    alerts,
-    checks,
-    claims,
-    dependencies,
-    dispatch,
-    events,
-    exceptions,
-    executions,
-    finishes,
-    outcomes,
-    reconciler,
-    registry,
-    repairs,
-    runs,
-    schedule_sync,
-    signals,
-    tasks,
-)
-from cron_celery import jobs as job_rows
+from cron_celery import alerts, checks, exceptions, reconciler
+from cron_celery.alerts import signals
+from cron_celery.beat import schedule_sync
+from cron_celery.decisions import claims, dependencies, dispatch, executions, finishes, repairs
+from cron_celery.decisions import jobs as job_rows
+from cron_celery.declaring import registry
 from cron_celery.models import Alert, CronDependency, CronExecution, CronJob, SkipReason, Status, Trigger
+from cron_celery.run import decorators, events, outcomes, runs, tasks
 from cron_celery.schedules import every
 from tests.celery_app import app
 from tests.conftest import db_now, expire_lease
@@ -257,7 +244,7 @@ def test_the_reconciler_decides_a_slot_whose_upstreams_ended_before_the_edge_exi
         "extract": declare("dep-extract", "DX1", schedule=HOURLY),
         "transform": declare("dep-transform", "DX2", schedule=HOURLY),
     }
-    from cron_celery import jobs as job_rows
+    from cron_celery.decisions import jobs as job_rows
     ids = job_rows.refresh_job_ids(list(made.values()))
     load = declare("dep-load", "DX3", after=["dep-extract", "dep-transform"])
     load_id = job_rows.ensure_job(load)
@@ -426,10 +413,10 @@ def test_alert_on_upstream_is_a_bool_for_a_job_declared_with_after(declare):
                            match=f"alert_on_upstream must be True or False, not {bad!r}"):
             registry.declare(name="dep-x", code="DXX", task_name="t", after="dep-up", alert_on_upstream=bad)
     # Both decorators take it as a job option, not as a Celery task option.
-    rest, policy = tasks._split_options("dep-x", {"alert_on_upstream": True, "queue": "q"})
+    rest, policy = decorators._split_options("dep-x", {"alert_on_upstream": True, "queue": "q"})
     assert (rest, policy) == ({"queue": "q"}, {"alert_on_upstream": True})
     with pytest.raises(exceptions.ImproperlyDeclared, match="alert_on_upstream is for a job declared with after="):
-        tasks.cron_task(name="dep-y", code="DXY", alert_on_upstream=True)(_ok)
+        decorators.cron_task(name="dep-y", code="DXY", alert_on_upstream=True)(_ok)
     assert "dep-y" not in {job.name for job in registry.all_jobs()}
 
 

@@ -10,8 +10,10 @@ from collections.abc import Callable
 
 import pytest
 
-from cron_celery import claims, dependencies, dispatch, finishes, outcomes, registry
+from cron_celery.decisions import claims, dependencies, dispatch, finishes
+from cron_celery.declaring import registry
 from cron_celery.models import CronDependency, CronExecution, CronJob, SkipReason, Status, Trigger
+from cron_celery.run import outcomes
 from cron_celery.schedules import every
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -12,7 +12,8 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from cron_celery import beat, dispatch, schedules
+from cron_celery import beat, schedules
+from cron_celery.decisions import dispatch
 from cron_celery.models import CronExecution, CronJob, Status, Trigger
 from tests.conftest import make_job
 
@@ -178,7 +179,7 @@ def test_the_periodic_tasks_count_gives_way_to_a_row_someone_holds():
     from django.db import OperationalError
     from django_celery_beat.models import PeriodicTask
 
-    from cron_celery import schedule_sync
+    from cron_celery.beat import schedule_sync
     from tests.jobsapp import tasks as jobs
     from tests.model.harness import RowHolder
 

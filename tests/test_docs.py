@@ -159,7 +159,7 @@ def test_every_management_command_a_page_names_exists_and_each_is_documented():
 
 
 def test_every_sentry_option_is_documented():
-    code = (ROOT / "cron_celery" / "sentry.py").read_text(encoding="utf-8")
+    code = (ROOT / "cron_celery" / "alerts" / "sentry.py").read_text(encoding="utf-8")
     options = set(re.findall(r'options\(\)\.get\("(\w+)"', code))
     page = (ROOT / "docs" / "sentry.md").read_text(encoding="utf-8")
     assert options and not [name for name in options if f"| `{name}` |" not in page]
@@ -172,3 +172,12 @@ def test_concepts_names_every_field_of_jobs_and_executions():
     for model in (CronJob, CronExecution):
         fields = [field.name for field in model._meta.concrete_fields if field.name != "id"]
         assert not [name for name in fields if f"`{name}`" not in text], model.__name__
+
+
+def test_the_index_lists_the_pages_in_the_sites_order():
+    """docs/index.md names each page once, in the order of the site's navigation (mkdocs.yml)."""
+    nav = re.findall(r"^  - [^:]+: (\S+\.md)$", (ROOT / "mkdocs.yml").read_text(encoding="utf-8"), re.MULTILINE)
+    listed = re.findall(r"^- \[[^\]]+\]\(([^)#]+\.md)\)", (ROOT / "docs" / "index.md").read_text(encoding="utf-8"),
+                        re.MULTILINE)
+    assert listed == [page for page in nav if page != "index.md"], listed
+    assert sorted(nav) == sorted(path.name for path in (ROOT / "docs").glob("*.md")), nav

@@ -21,23 +21,15 @@ from django.test import Client, override_settings
 from django.test.utils import CaptureQueriesContext
 from prometheus_client.parser import text_string_to_metric_families
 
-import cron_celery
-from cron_celery import (
-    conf,
-    dispatch,
-    exceptions,
-    health,
-    leadership,
-    metrics,
-    oneoffs,
-    reconciler,
-    registry,
-    retention,
-    runs,
-    tasks,
-)
+from cron_celery import conf, exceptions, reconciler
+from cron_celery.beat import health
+from cron_celery.decisions import dispatch, leadership, oneoffs
+from cron_celery.declaring import registry
 from cron_celery.migrations._initial import counting
 from cron_celery.models import Alert, BeatHeartbeat, CronExecution, CronJob, Lease, Status, Trigger
+from cron_celery.reconciler import retention
+from cron_celery.run import runs, tasks
+from cron_celery.web import metrics
 from tests.conftest import db_now, make_job
 
 pytestmark = pytest.mark.django_db
@@ -499,14 +491,15 @@ def test_metrics_say_which_jobs_are_paused(client):
     assert samples["cron_paused", (("cron_job", stopped.name),)] == 1
 
 
-def unimport(monkeypatch: pytest.MonkeyPatch, package: Any, name: str) -> None:
-    """Make ``package.name`` import afresh for this test (restored after it)."""
-    monkeypatch.delattr(package, name.rpartition(".")[2])
+def unimport(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """Make module ``name`` import afresh for this test (restored after it)."""
+    parent, _, leaf = name.rpartition(".")
+    monkeypatch.delattr(sys.modules[parent], leaf)
     monkeypatch.delitem(sys.modules, name)
 
 
 def test_metrics_without_prometheus_client_answer_501_and_name_the_extra(client, monkeypatch):
-    unimport(monkeypatch, cron_celery, "cron_celery.metrics")
+    unimport(monkeypatch, "cron_celery.web.metrics")
     monkeypatch.setitem(sys.modules, "prometheus_client", None)  # as if it were not installed
     with with_token:
         response = client.get("/cron/metrics/", headers=BEARER)
@@ -515,10 +508,10 @@ def test_metrics_without_prometheus_client_answer_501_and_name_the_extra(client,
 
 
 def test_a_module_of_ours_that_fails_to_import_is_not_reported_as_a_missing_extra(client, monkeypatch):
-    unimport(monkeypatch, cron_celery, "cron_celery.metrics")
-    unimport(monkeypatch, cron_celery, "cron_celery.oneoffs")
-    monkeypatch.setitem(sys.modules, "cron_celery.oneoffs", None)  # a broken module metrics imports
-    with with_token, pytest.raises(ModuleNotFoundError, match=r"cron_celery\.oneoffs"):
+    unimport(monkeypatch, "cron_celery.web.metrics")
+    unimport(monkeypatch, "cron_celery.decisions.oneoffs")
+    monkeypatch.setitem(sys.modules, "cron_celery.decisions.oneoffs", None)  # a broken module metrics imports
+    with with_token, pytest.raises(ModuleNotFoundError, match=r"cron_celery\.decisions\.oneoffs"):
         client.get("/cron/metrics/", headers=BEARER)
 
 

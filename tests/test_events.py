@@ -12,8 +12,9 @@ from django.conf import settings
 from django.db import connection
 from django.test import override_settings
 
-from cron_celery import events, runs, signals
+from cron_celery.alerts import signals
 from cron_celery.models import Alert, CronExecution, CronJob, Status, Trigger
+from cron_celery.run import events, runs
 from tests.conftest import make_job
 
 pytestmark = pytest.mark.django_db
@@ -92,7 +93,7 @@ def test_a_listener_that_raises_at_the_start_and_the_end_changes_nothing_and_the
     signals.execution_succeeded.connect(receiver)
     before = events.failures().get("boom", 0)
     try:
-        with caplog.at_level(logging.ERROR, logger="cron_celery.events"):
+        with caplog.at_level(logging.ERROR, logger="cron_celery.run.events"):
             outcome = runs.execute(job, SLOT, lambda run: "done", trigger=Trigger.MANUAL)
     finally:
         signals.execution_succeeded.disconnect(receiver)

@@ -10,8 +10,11 @@ import pytest
 from django.db import connection
 from django.test import override_settings
 
-from cron_celery import checks, claims, exceptions, executions, finishes, groups, reconciler, registry, tasks
+from cron_celery import checks, exceptions, reconciler
+from cron_celery.decisions import claims, executions, finishes, groups
+from cron_celery.declaring import registry
 from cron_celery.models import CronExecution, CronJob, SkipReason, Status, Trigger
+from cron_celery.run import tasks
 from tests.celery_app import app
 from tests.conftest import make_job
 from tests.test_waiting import RECONCILE, backdate, begin, pending, row

@@ -10,8 +10,9 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection, transaction
 
-from cron_celery import callers, exceptions, runs
+from cron_celery import exceptions
 from cron_celery.models import CronExecution, Status, Trigger
+from cron_celery.run import callers, runs
 from tests.conftest import make_job
 from tests.jobsapp import jobs_ident
 

@@ -12,10 +12,15 @@ from django.conf import settings
 from django.db import connection
 from django.test import override_settings
 
-from cron_celery import beat, checks, dispatch, exceptions, health, metrics, registry, schedules, sentry
-from cron_celery import jobs as job_rows
+from cron_celery import beat, checks, exceptions, schedules
+from cron_celery.alerts import sentry
+from cron_celery.beat import health
+from cron_celery.decisions import dispatch
+from cron_celery.decisions import jobs as job_rows
+from cron_celery.declaring import registry
 from cron_celery.models import CronExecution, CronJob, Status, Trigger
 from cron_celery.schedules import every
+from cron_celery.web import metrics
 
 SLOT = dt.datetime(2026, 11, 29, 10, 0, tzinfo=dt.UTC)
 

@@ -9,8 +9,9 @@ import pytest
 from django.db import connection
 from django.test import override_settings
 
-from cron_celery import claims, leases, runs
+from cron_celery.decisions import claims
 from cron_celery.models import CronExecution, CronJob, Status, Trigger
+from cron_celery.run import leases, runs
 from tests.conftest import make_job
 
 pytestmark = pytest.mark.django_db(transaction=True)

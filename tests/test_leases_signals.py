@@ -27,7 +27,7 @@ CHILD = """
 import json, threading, time
 import django
 django.setup()
-from cron_celery import leases, shutdown
+from cron_celery.run import leases, shutdown
 shutdown._child_started()
 cancelled = threading.Event()
 leases.track(1, 1, 3600, cancelled, {})  # a long lease: nothing is renewed during the test

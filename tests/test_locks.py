@@ -12,7 +12,8 @@ import pytest
 from django.test import override_settings
 
 import cron_celery
-from cron_celery import exceptions, locks
+from cron_celery import exceptions
+from cron_celery.run import locks
 from tests.redis_servers import RedisServer
 
 
@@ -115,7 +116,7 @@ def test_job_lock_states(master):
 
 
 def test_jobs_that_allow_overlap_take_no_lock(master):
-    from cron_celery import registry
+    from cron_celery.declaring import registry
 
     allow = registry.declare(name="a", code="A-allow", task_name="x", overlap="allow")
     skip = registry.declare(name="b", code="B-skip", task_name="y", overlap="skip")

@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 from django.db import OperationalError, connection, connections
 
-from cron_celery import claims, dispatch, executions, runs
+from cron_celery.decisions import claims, dispatch, executions
 from cron_celery.models import CronExecution, Status, Trigger
+from cron_celery.run import runs
 from tests.conftest import expire_lease, make_job
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -21,8 +21,9 @@ from django.conf import settings
 from django.db import connection, connections
 from django.test import override_settings
 
-from cron_celery import events, runs, signals
+from cron_celery.alerts import signals
 from cron_celery.models import CronExecution, Status, Trigger
+from cron_celery.run import events, runs
 from tests.conftest import make_job
 from tests.proxy import TcpProxy
 

@@ -14,9 +14,14 @@ from typing import Any
 import pytest
 from django.db import connection, connections
 
-from cron_celery import exceptions, health, oneoffs, outcomes, registry, repairs, signals, tasks
-from cron_celery import jobs as job_rows
+from cron_celery import exceptions
+from cron_celery.alerts import signals
+from cron_celery.beat import health
+from cron_celery.decisions import jobs as job_rows
+from cron_celery.decisions import oneoffs, repairs
+from cron_celery.declaring import registry
 from cron_celery.models import CronExecution, CronJob, SkipReason, Status, Trigger
+from cron_celery.run import outcomes, tasks
 from tests.conftest import manage
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -75,7 +80,7 @@ def test_a_due_one_off_is_taken_once_when_two_beats_ask_at_the_same_moment():
 
 
 def test_a_one_off_not_due_yet_is_not_taken_and_the_beats_idle_query_sees_it():
-    from cron_celery import dispatch
+    from cron_celery.decisions import dispatch
 
     job = registry.get("fast-always")
     at = soon()
@@ -109,7 +114,7 @@ def test_a_cancelled_one_off_of_an_upstream_decides_nothing_for_its_downstream_j
     down = registry.register(registry.declare(name="oo-down", code="OOD", task_name="tests.fake.oo_down",
                                               after="oo-up"))
     try:
-        from cron_celery import dependencies
+        from cron_celery.decisions import dependencies
 
         dependencies.sync(registry.all_jobs())
         job_rows.ensure_job(down)
@@ -210,7 +215,9 @@ def test_a_one_off_on_an_instant_the_schedule_reaches_later_never_swallows_the_b
     """A one-off is refused at a slot the beat runs anyway; one recorded before an edit moved the
     schedule onto its instant, or while the job was paused, then cancelled, leaves the beat's slot
     whole: it is recorded after the one-off (run 2) and sent."""
-    from cron_celery import beat, dispatch, schedule_sync
+    from cron_celery import beat
+    from cron_celery.beat import schedule_sync
+    from cron_celery.decisions import dispatch
 
     job = registry.get("tick-2s")
     schedule_sync.sync()

@@ -21,9 +21,13 @@ from django.db import connection
 from django.test import override_settings
 from django.utils import timezone
 
-from cron_celery import backfill, beat, exceptions, health, models, registry, retention
-from cron_celery import jobs as job_rows
+from cron_celery import beat, exceptions, models
+from cron_celery.beat import health
+from cron_celery.decisions import jobs as job_rows
+from cron_celery.declaring import registry
 from cron_celery.models import Alert, BeatHeartbeat, CronExecution, CronJob, Status, Trigger
+from cron_celery.reconciler import retention
+from cron_celery.run import backfill
 from tests.conftest import make_job, manage
 
 EXE = CronExecution._meta.db_table

@@ -1,4 +1,4 @@
-"""A job's parameters as plain Python (``cron_celery.params``): read from the signature at declaration,
+"""A job's parameters as plain Python (``cron_celery.declaring.params``): read from the signature at declaration,
 then text, JSON and Python values checked against them, stored as JSON and turned back into the
 annotated types. No database, no Celery."""
 
@@ -15,8 +15,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cron_celery import TrackedTask, cron_task, exceptions, params, register_task, registry
-from cron_celery.runs import Run
+from cron_celery import TrackedTask, cron_task, exceptions, register_task
+from cron_celery.declaring import params, registry
+from cron_celery.run.runs import Run
 
 AMSTERDAM = zoneinfo.ZoneInfo("Europe/Amsterdam")
 

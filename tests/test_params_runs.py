@@ -18,9 +18,13 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
-from cron_celery import alerts, claims, dispatch, exceptions, params, registry, runs, schedule_sync, tasks
-from cron_celery import jobs as job_rows
+from cron_celery import alerts, exceptions
+from cron_celery.beat import schedule_sync
+from cron_celery.decisions import claims, dispatch
+from cron_celery.decisions import jobs as job_rows
+from cron_celery.declaring import params, registry
 from cron_celery.models import Alert, CronExecution, CronJob, Status, Trigger
+from cron_celery.run import runs, tasks
 from cron_celery.schedules import every
 from tests.admin_forms import submit
 from tests.jobsapp import jobs_params
@@ -167,7 +171,7 @@ def test_the_beat_writes_the_jobs_values_on_each_row_and_runs_after_a_run_with_p
 
 
 def test_a_backfill_counts_no_run_with_parameters_as_the_slot_done_and_sends_the_jobs_values(declare):
-    from cron_celery import backfill
+    from cron_celery.run import backfill
     from cron_celery.schedules import at, daily
 
     job = declare("kw-daily", "PK03", schedule=daily(at(1).am()),
@@ -186,7 +190,7 @@ def test_a_backfill_counts_no_run_with_parameters_as_the_slot_done_and_sends_the
 def test_a_run_with_parameters_neither_decides_a_downstream_slot_nor_holds_one(declare):
     """after=: the upstream's run with parameters neither creates nor skips the downstream's slot; its
     regular run does, and a downstream's own run with parameters leaves its slot to be decided."""
-    from cron_celery import dependencies
+    from cron_celery.decisions import dependencies
     from cron_celery.schedules import every
 
     up = declare("chain-up-p", "PD1", schedule=every(hours=1),
@@ -401,7 +405,7 @@ def test_the_run_endpoint_sends_a_run_with_parameters(client, queue):
     plain = post_run(client, "param-report", {"date": "2026-11-29", "params": {}})
     assert "params" not in plain.json()  # no values: the slot's regular run
     assert CronExecution.objects.get(id=plain.json()["execution_id"]).params_given is False
-    from cron_celery import views
+    from cron_celery.web import views
 
     summary = views.execution_summary(row)  # what status/ lists for it
     assert (summary["params"], summary["params_given"]) == ({"region": "us", "day": "2026-11-30", "dry_run": True},
@@ -521,8 +525,8 @@ def test_a_run_with_parameters_committed_while_the_beat_waits_for_the_job_never_
 
     from django.db import connection, connections, transaction
 
-    from cron_celery import dispatch, executions
-    from cron_celery import jobs as job_rows
+    from cron_celery.decisions import dispatch, executions
+    from cron_celery.decisions import jobs as job_rows
     from cron_celery.models import CronExecution, Status, Trigger
     from tests.jobsapp import jobs_params
 

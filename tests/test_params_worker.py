@@ -14,9 +14,11 @@ from typing import Any
 import pytest
 from celery.contrib.testing.worker import start_worker
 
-from cron_celery import dispatch, oneoffs, schedules, tasks
-from cron_celery import jobs as job_rows
+from cron_celery import schedules
+from cron_celery.decisions import dispatch, oneoffs
+from cron_celery.decisions import jobs as job_rows
 from cron_celery.models import CronExecution, CronJob, Status, Trigger
+from cron_celery.run import tasks
 from tests.celery_app import app
 from tests.conftest import manage, subprocess_env, wait_for
 from tests.jobsapp import jobs_params

@@ -10,9 +10,11 @@ import datetime as dt
 
 import pytest
 
-from cron_celery import claims, enums, finishes, groups, reconciler, resumes, tasks, timing, waiting
-from cron_celery import jobs as job_rows
+from cron_celery import enums, reconciler
+from cron_celery.decisions import claims, finishes, groups, timing, waiting
+from cron_celery.decisions import jobs as job_rows
 from cron_celery.models import CronExecution, CronJob, SkipReason, Status, Trigger
+from cron_celery.run import resumes, tasks
 from tests.celery_app import app
 from tests.conftest import make_job
 from tests.test_waiting import LATER, SLOT, backdate, begin, pending, reconcile_settings, row

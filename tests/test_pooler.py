@@ -23,8 +23,9 @@ import psycopg
 import pytest
 from django.db import connection
 
-from cron_celery import jobs as job_rows
-from cron_celery import leadership, reconciler
+from cron_celery import reconciler
+from cron_celery.decisions import jobs as job_rows
+from cron_celery.decisions import leadership
 from cron_celery.models import CronExecution, Lease, Status
 from tests.conftest import debian_tool, manage, marked, subprocess_env, wait_for
 from tests.jobsapp.jobs_leader import clock_probe

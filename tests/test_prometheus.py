@@ -18,7 +18,8 @@ import yaml
 from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
-from cron_celery import health, leadership
+from cron_celery.beat import health
+from cron_celery.decisions import leadership
 from cron_celery.models import Alert, CronJob, Status
 from tests.conftest import debian_tool, make_job
 from tests.test_endpoints import BEARER, execution, with_token

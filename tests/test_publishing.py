@@ -14,7 +14,9 @@ import pytest
 from celery.signals import after_task_publish, before_task_publish
 from django.conf import settings
 
-from cron_celery import oneoffs, publishing, tasks
+from cron_celery.beat import publishing
+from cron_celery.decisions import oneoffs
+from cron_celery.run import tasks
 from tests.celery_app import app
 from tests.jobsapp import jobs_routing
 

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 from celery import current_app
 
-from cron_celery import ExecutionPattern, TrackedTask, cron_task, exceptions, register_task, registry
+from cron_celery import ExecutionPattern, TrackedTask, cron_task, exceptions, register_task
+from cron_celery.declaring import registry
 
 
 def test_both_declaration_styles_are_celery_tasks_based_on_tracked_task():
@@ -208,7 +209,7 @@ def test_max_concurrency_is_for_overlap_allow_jobs_and_a_whole_number(options, p
 def test_max_concurrency_is_the_jobs_limit_and_its_rows():
     """The claim and the waiting queue read the limit from the job's row: 1 for an exclusive job,
     max_concurrency when declared, empty otherwise."""
-    from cron_celery import jobs as job_rows
+    from cron_celery.decisions import jobs as job_rows
     from cron_celery.models import CronJob
 
     def limited_ok(run: object) -> None:
@@ -225,3 +226,17 @@ def test_max_concurrency_is_the_jobs_limit_and_its_rows():
             assert CronJob.objects.get(id=job_rows.job_id(job)).max_concurrency == stored
     finally:
         registry.unregister("limited-ok")
+
+
+def test_cron_tasks_docstring_lists_every_option_it_takes():
+    """A new option without its line in ``cron_task``'s docstring (the API reference) fails here."""
+    import re
+
+    from cron_celery.run import decorators as tasks_module
+
+    doc = tasks_module.cron_task.__doc__ or ""
+    documented = set(re.findall(r"^    - ``(\w+)=``(?:, ``(\w+)=``)?", doc, re.MULTILINE))
+    names = {name for pair in documented for name in pair if name}
+    taken = ((set(tasks_module.DECLARATION_OPTIONS) - {"execution_pattern"}) | {"task_name"}
+             | set(tasks_module.JOB_OPTIONS))
+    assert names == taken, (sorted(taken - names), sorted(names - taken))

@@ -11,7 +11,7 @@ from collections.abc import Callable
 import pytest
 from django.db import connection, connections, transaction
 
-from cron_celery import audit, dispatch, jobs, removals
+from cron_celery.decisions import audit, dispatch, jobs, removals
 from cron_celery.models import CronExecution, CronJob, Status, Trigger
 from cron_celery.schedules import every
 

@@ -11,8 +11,11 @@ import pytest
 from django.db import connection
 from django.test import override_settings
 
-from cron_celery import claims, executions, finishes, inflight, reconciler, resends, tasks, waiting
+from cron_celery import reconciler
+from cron_celery.decisions import claims, executions, finishes, resends, waiting
 from cron_celery.models import CronExecution, Status, Trigger
+from cron_celery.reconciler import inflight
+from cron_celery.run import tasks
 from tests.conftest import make_job
 from tests.test_retries import NOW, SLOT, backdate, report, row
 from tests.test_retries import enqueue as enqueue_row

@@ -19,24 +19,12 @@ from django.conf import settings
 from django.db import connection
 from django.test import override_settings
 
-from cron_celery import (
-    checks,
-    claims,
-    conf,
-    dispatch,
-    exceptions,
-    executions,
-    finishes,
-    leadership,
-    reconciler,
-    registry,
-    repairs,
-    retries,
-    schedules,
-    tasks,
-)
-from cron_celery import jobs as job_rows
+from cron_celery import checks, conf, exceptions, reconciler, schedules
+from cron_celery.decisions import claims, dispatch, executions, finishes, leadership, repairs
+from cron_celery.decisions import jobs as job_rows
+from cron_celery.declaring import registry
 from cron_celery.models import CronExecution, CronJob, Status, Trigger
+from cron_celery.run import decorators, retries, tasks
 from tests.celery_app import app
 from tests.conftest import db_now, make_job, wait_for
 from tests.jobsapp import tasks as jobs
@@ -157,16 +145,16 @@ def test_a_valid_policy_is_kept_and_defaults_come_from_the_settings():
                                                ("Request", "request class")])
 def test_celery_options_that_would_bypass_the_database_cap_are_refused(option, hint):
     with pytest.raises(exceptions.ImproperlyDeclared) as caught:
-        tasks._split_options("some-job", {option: True, "queue": "q"})
+        decorators._split_options("some-job", {option: True, "queue": "q"})
     assert "'some-job'" in str(caught.value) and f"{option}=" in str(caught.value) and hint in str(caught.value)
     with pytest.raises(exceptions.ImproperlyDeclared):
-        tasks.cron_task(name="refused-job", code="RJ1", **{option: True})(lambda run: None)
+        decorators.cron_task(name="refused-job", code="RJ1", **{option: True})(lambda run: None)
     with pytest.raises(exceptions.UnknownJob):  # refused before anything was registered
         registry.get("refused-job")
 
 
 def test_split_options_separates_the_policy_from_celery_options():
-    rest, policy = tasks._split_options("j", {"queue": "q", "max_retries": 3, "time_limit": 9, "priority": 1})
+    rest, policy = decorators._split_options("j", {"queue": "q", "max_retries": 3, "time_limit": 9, "priority": 1})
     assert rest == {"queue": "q", "priority": 1}
     assert policy == {"max_retries": 3, "time_limit": 9}
 

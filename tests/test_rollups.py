@@ -17,9 +17,12 @@ from django.test.utils import CaptureQueriesContext
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cron_celery import dashboard, models, retention, runs
+from cron_celery import models
 from cron_celery.migrations._initial import counting
 from cron_celery.models import CronJob, Durations, Hour, Status, Trigger
+from cron_celery.reconciler import retention
+from cron_celery.run import runs
+from cron_celery.web import dashboard
 from tests.conftest import make_job
 
 EXE = models.CronExecution._meta.db_table

@@ -13,8 +13,10 @@ from collections.abc import Iterator
 import celery
 import pytest
 
-from cron_celery import TrackedTask, cron_task, exceptions, register_task, registry, tasks
+from cron_celery import TrackedTask, cron_task, exceptions, register_task
+from cron_celery.declaring import registry
 from cron_celery.models import CronExecution, Status
+from cron_celery.run import tasks
 from tests.celery_app import app
 from tests.jobsapp import jobs_routing
 

@@ -7,9 +7,10 @@ import threading
 
 import pytest
 
-from cron_celery import JobFailed, Run, exceptions, models, runs
-from cron_celery import jobs as job_rows
+from cron_celery import JobFailed, Run, exceptions, models
+from cron_celery.decisions import jobs as job_rows
 from cron_celery.models import CronExecution, Status, Trigger
+from cron_celery.run import runs
 from tests.conftest import make_job
 
 pytestmark = pytest.mark.django_db

@@ -19,19 +19,12 @@ from django_celery_beat.models import (
     SolarSchedule,
 )
 
-from cron_celery import (
-    alerts,
-    beat,
-    dashboard,
-    dispatch,
-    exceptions,
-    reconciler,
-    registry,
-    schedule_problems,
-    schedule_sync,
-    schedules,
-)
+from cron_celery import alerts, beat, exceptions, reconciler, schedules
+from cron_celery.beat import schedule_problems, schedule_sync
+from cron_celery.decisions import dispatch, in_effect
+from cron_celery.declaring import registry
 from cron_celery.models import CronJob
+from cron_celery.web import dashboard
 from tests.servers import HttpServer
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -263,8 +256,8 @@ def test_every_other_reader_of_a_stored_schedule_survives_a_bad_row():
     assert reconciler.run_pass(NOW + dt.timedelta(hours=2)).ran
     # The schedule in effect falls back to the code's.
     declared = registry.get("tick-2s")
-    assert schedule_sync.in_effect(declared).schedule == declared.schedule
-    assert schedule_sync.in_effect(registry.get("nightly-report")).schedule == registry.get("nightly-report").schedule
+    assert in_effect.in_effect(declared).schedule == declared.schedule
+    assert in_effect.in_effect(registry.get("nightly-report")).schedule == registry.get("nightly-report").schedule
     # list_cron_tasks and the dashboard read them as text.
     out = io.StringIO()
     call_command("list_cron_tasks", stdout=out)

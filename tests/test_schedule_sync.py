@@ -8,7 +8,10 @@ import datetime as dt
 import pytest
 from django_celery_beat.models import CrontabSchedule, IntervalSchedule, PeriodicTask
 
-from cron_celery import registry, schedule_sync, sentry
+from cron_celery.alerts import sentry
+from cron_celery.beat import schedule_sync
+from cron_celery.decisions import in_effect
+from cron_celery.declaring import registry
 from cron_celery.models import CronJob
 from cron_celery.schedules import cron
 from tests.admin_forms import submit
@@ -65,7 +68,7 @@ def test_an_admin_edit_of_the_crontab_moves_the_next_slot_and_survives_the_next_
     assert "nightly-report" in report.kept
     assert job_row("nightly-report").periodic_task.crontab_id == other.id
     # run_cron_task DATE runs the day's slot of the schedule in effect.
-    edited = schedule_sync.in_effect(registry.get("nightly-report"))
+    edited = in_effect.in_effect(registry.get("nightly-report"))
     assert edited.first_slot_on(dt.date(2026, 11, 29)) == dt.datetime(2026, 11, 29, 3, 30, tzinfo=dt.UTC)
 
 

@@ -12,8 +12,9 @@ from django.db import connection, transaction
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
-from cron_celery import jobs, runs, statements
+from cron_celery.decisions import jobs, statements
 from cron_celery.models import CronExecution, Status, Trigger
+from cron_celery.run import runs
 from tests.conftest import make_job
 
 SLOT = dt.datetime(2026, 11, 29, 7, 0, tzinfo=dt.UTC)

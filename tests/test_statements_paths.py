@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from cron_celery import jobs, runs, statements
+from cron_celery.decisions import jobs, statements
 from cron_celery.models import CronExecution, Status, Trigger
+from cron_celery.run import runs
 from tests.conftest import make_job
 from tests.test_pooler import pgbouncer, pgbouncer_binary  # noqa: F401 - fixtures
 from tests.test_statements import _ok, fresh  # noqa: F401 - a fixture

@@ -17,10 +17,15 @@ from django.core import checks as django_checks
 from django.db import connection
 from django.test import override_settings
 
-from cron_celery import alerts, checks, dashboard, dispatch, reconciler, registry, runs, sentry, tasks, timing
-from cron_celery import jobs as job_rows
+from cron_celery import alerts, checks, reconciler
+from cron_celery.alerts import sentry
+from cron_celery.decisions import dispatch, timing
+from cron_celery.decisions import jobs as job_rows
+from cron_celery.declaring import registry
 from cron_celery.models import Alert, AlertStatus, CronExecution, CronJob, Event, Status, Trigger
+from cron_celery.run import runs, tasks
 from cron_celery.schedules import every
+from cron_celery.web import dashboard
 from tests.conftest import db_now
 from tests.servers import HttpServer
 
@@ -389,7 +394,7 @@ def test_a_mark_and_a_final_write_of_the_same_job_wait_for_each_other_and_never_
 
     from django.db import connections, transaction
 
-    from cron_celery import outcomes
+    from cron_celery.run import outcomes
 
     job = declare("long-race", "TLD", schedule=every(minutes=1), max_runtime=1)
     job_id = job_rows.ensure_job(job)

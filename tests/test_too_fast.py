@@ -15,10 +15,14 @@ import pytest
 from django.conf import settings
 from django.test import override_settings
 
-from cron_celery import alerts, dashboard, dispatch, reconciler, registry, runs, timing
-from cron_celery import jobs as job_rows
+from cron_celery import alerts, reconciler
+from cron_celery.decisions import dispatch, timing
+from cron_celery.decisions import jobs as job_rows
+from cron_celery.declaring import registry
 from cron_celery.models import Alert, AlertStatus, CronExecution, CronJob, Status, Trigger
+from cron_celery.run import runs
 from cron_celery.schedules import every
+from cron_celery.web import dashboard
 from tests.conftest import db_now, expire_lease
 from tests.servers import HttpServer
 

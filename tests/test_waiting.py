@@ -10,9 +10,12 @@ import pytest
 from django.db import connection
 from django.test import override_settings
 
-from cron_celery import claims, dispatch, executions, finishes, inflight, outcomes, reconciler, tasks, waiting
-from cron_celery import jobs as job_rows
+from cron_celery import reconciler
+from cron_celery.decisions import claims, dispatch, executions, finishes, waiting
+from cron_celery.decisions import jobs as job_rows
 from cron_celery.models import CronExecution, CronJob, SkipReason, Status, Trigger
+from cron_celery.reconciler import inflight
+from cron_celery.run import outcomes, tasks
 from tests.celery_app import app
 from tests.conftest import db_now, make_job
 

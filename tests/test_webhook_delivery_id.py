@@ -10,9 +10,10 @@ import json
 
 import pytest
 
-from cron_celery import alerts, exceptions, reconciler, runs
-from cron_celery import jobs as job_rows
+from cron_celery import alerts, exceptions, reconciler
+from cron_celery.decisions import jobs as job_rows
 from cron_celery.models import Alert, AlertStatus, CronExecution, Status, Trigger
+from cron_celery.run import runs
 from cron_celery.schedules import every
 from tests.servers import HttpServer
 from tests.test_alert_delivery import documented_receiver

@@ -18,22 +18,14 @@ from django.test.utils import CaptureQueriesContext
 from django_celery_beat.models import PeriodicTask
 from prometheus_client.parser import text_string_to_metric_families
 
-from cron_celery import (
-    backfill,
-    beat,
-    dispatch,
-    exceptions,
-    health,
-    metrics,
-    reconciler,
-    registry,
-    schedule_sync,
-    schedules,
-    tasks,
-    upcoming,
-)
+from cron_celery import beat, exceptions, reconciler, schedules
+from cron_celery.beat import health, schedule_sync
+from cron_celery.decisions import dispatch
+from cron_celery.declaring import registry
 from cron_celery.models import CronExecution, CronJob, Status
+from cron_celery.run import backfill, tasks
 from cron_celery.schedules import every
+from cron_celery.web import metrics, upcoming
 from tests.celery_app import app
 from tests.conftest import Queue, db_now, wait_for
 

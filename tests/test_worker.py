@@ -9,9 +9,11 @@ import pytest
 from celery import signals
 from celery.contrib.testing.worker import start_worker
 
-from cron_celery import dispatch, models, schedules, tasks
-from cron_celery import jobs as job_rows
+from cron_celery import models, schedules
+from cron_celery.decisions import dispatch
+from cron_celery.decisions import jobs as job_rows
 from cron_celery.models import CronExecution, Status, Trigger
+from cron_celery.run import tasks
 from tests.celery_app import app
 from tests.conftest import marked, wait_for
 from tests.jobsapp import tasks as jobs

@@ -1,7 +1,7 @@
 """Sentry as an alert channel: one error event per final failure, grouped per job and error code.
 
 Nothing is sent unless ``sentry_sdk.init()`` ran in the process (``active``). Crons check-ins
-are not alerts: they live in ``cron_celery.sentry``, a listener of the run's start and end.
+are not alerts: they live in ``cron_celery.alerts.sentry``, a listener of the run's start and end.
 sentry-sdk is the ``[sentry]`` extra: without it nothing is ever active, and a channel list
 that names ``sentry`` is a configuration error (``problems``, system check E011).
 """

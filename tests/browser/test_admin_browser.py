@@ -17,8 +17,9 @@ import pytest
 from django.contrib.auth import get_user_model
 from playwright.sync_api import Browser, Page, ViewportSize, expect, sync_playwright
 
-from cron_celery import dispatch, finishes, schedule_sync
-from cron_celery import jobs as job_rows
+from cron_celery.beat import schedule_sync
+from cron_celery.decisions import dispatch, finishes
+from cron_celery.decisions import jobs as job_rows
 from cron_celery.models import CronExecution, CronJob, Status, Trigger
 from tests.conftest import ROOT, debian_tool
 from tests.jobsapp import tasks as jobs
@@ -187,7 +188,7 @@ def test_the_history_filters_reruns_and_exports(page: Page, live_server: Any) ->
 def test_waiting_revoked_and_refused_edits_are_visible(page: Page, live_server: Any) -> None:
     """What the issue's new states look like: a backfilled slot waiting for the live run, a revoked
     run, and a job whose admin edit could not be applied."""
-    from cron_celery import claims
+    from cron_celery.decisions import claims
 
     ids = seed()
     job = jobs.nightly_report.job

@@ -19,7 +19,8 @@ from django.contrib.auth import get_user_model
 from django_celery_beat.models import CrontabSchedule
 from playwright.sync_api import Page, expect
 
-from cron_celery import audit, schedule_sync
+from cron_celery.beat import schedule_sync
+from cron_celery.decisions import audit
 from cron_celery.models import CronJob, ScheduleChange
 from tests.browser.test_admin_browser import CHROMIUM, FITS, NARROW, PASSWORD, SHOTS, seed
 from tests.browser.threaded import run_in_thread

@@ -21,10 +21,11 @@ from django.contrib.auth import get_user_model
 from django_celery_beat.models import PeriodicTask
 from playwright.sync_api import Page, expect
 
-from cron_celery import jobs as job_rows
-from cron_celery import params, schedule_sync
+from cron_celery.beat import schedule_sync
+from cron_celery.decisions import jobs as job_rows
+from cron_celery.declaring import params
 from cron_celery.models import CronExecution, CronJob, Status, Trigger
-from cron_celery.runs import Run
+from cron_celery.run.runs import Run
 from cron_celery.schedules import at, daily
 from tests.browser.test_admin_browser import CHROMIUM, PASSWORD, SHOTS
 from tests.browser.threaded import run_in_thread

@@ -26,9 +26,11 @@ from django.db import connection
 from django.db.models.functions import Now
 from prometheus_client.parser import text_string_to_metric_families
 
-from cron_celery import dispatch, metrics, tasks, waiting
-from cron_celery import jobs as job_rows
+from cron_celery.decisions import dispatch, waiting
+from cron_celery.decisions import jobs as job_rows
 from cron_celery.models import CronExecution, Status, Trigger
+from cron_celery.run import tasks
+from cron_celery.web import metrics
 from tests.celery_app import app
 from tests.conftest import manage, marked, subprocess_env, wait_for
 from tests.jobsapp import jobs_buffer as jobs

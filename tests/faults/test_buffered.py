@@ -18,9 +18,11 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from cron_celery import backfill, dispatch, executions, reconciler, schedules, tasks
-from cron_celery import jobs as job_rows
+from cron_celery import reconciler, schedules
+from cron_celery.decisions import dispatch, executions
+from cron_celery.decisions import jobs as job_rows
 from cron_celery.models import Alert, CronExecution, CronJob, Status, Trigger
+from cron_celery.run import backfill, tasks
 from tests.celery_app import app
 from tests.conftest import marked, wait_for
 from tests.jobsapp import jobs_buffer as jobs

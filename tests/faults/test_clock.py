@@ -20,7 +20,7 @@ import time
 import pytest
 from django.db import connection
 
-from cron_celery import jobs as job_rows
+from cron_celery.decisions import jobs as job_rows
 from cron_celery.models import CronExecution, CronJob, Status
 from tests.conftest import ROOT, db_now, debian_tool, subprocess_env, wait_for
 from tests.jobsapp.jobs_leader import clock_probe

@@ -20,9 +20,11 @@ from typing import Any
 
 import pytest
 
-from cron_celery import dispatch, schedules, tasks
-from cron_celery import jobs as job_rows
+from cron_celery import schedules
+from cron_celery.decisions import dispatch
+from cron_celery.decisions import jobs as job_rows
 from cron_celery.models import CronExecution, Status, Trigger
+from cron_celery.run import tasks
 from tests.celery_app import app
 from tests.conftest import ROOT, debian_tool, marked, subprocess_env, wait_for
 from tests.faults.test_clock import FAKETIME

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from cron_celery import tasks
 from cron_celery.models import CronExecution, CronJob, Status, Trigger
+from cron_celery.run import tasks
 from tests.celery_app import app  # noqa: F401 - the app that send_run publishes through
 from tests.conftest import db_now, manage, marked, subprocess_env, wait_for
 from tests.faults.test_beat import beat_log, start_beat, stop
@@ -119,8 +119,9 @@ def test_postgresql_restarted_while_jobs_run_loses_and_doubles_nothing(tmp_path,
             beat = start_beat(tmp_path, env, 0)
             wait_for(lambda: "schedules synced" in beat_log(tmp_path, 0) or beat.poll() is not None, timeout=60,
                      what="the beat's start-up sync")
-            made = manage("shell", "-c", "from cron_celery import jobs; from tests.jobsapp.jobs_database import "
-                          "db_steady; jobs.job_id(db_steady.job)", env=subprocess_env(**env))
+            made = manage("shell", "-c", "from cron_celery.decisions import jobs; "
+                          "from tests.jobsapp.jobs_database import db_steady; jobs.job_id(db_steady.job)",
+                          env=subprocess_env(**env))
             assert made.returncode == 0, made.stdout + made.stderr
             with server.connect(database) as conn:  # this job alone, every 2 s
                 conn.execute("UPDATE cron_celery_cronjob SET paused = true, next_run_at = NULL WHERE code <> 'DB03'")

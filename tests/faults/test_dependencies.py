@@ -25,7 +25,7 @@ def test_a_worker_killed_between_the_last_upstreams_success_and_the_send_still_r
     """extract succeeds; transform's worker dies (its whole process group) right after transform's
     success was committed — the downstream execution was recorded in that same transaction, and
     never sent. A second worker's reconciler sends it after PENDING_GRACE: load runs once."""
-    from cron_celery import dependencies
+    from cron_celery.decisions import dependencies
 
     dependencies.sync([jobs.chain_extract.job, jobs.chain_transform.job, jobs.chain_load.job])
     first = started(pool="solo")
@@ -59,7 +59,7 @@ def test_a_worker_killed_right_after_an_upstreams_failure_commits_loses_no_downs
     """chain-fails fails; its worker dies (its whole process group) right after the failure was
     committed and announced — chain-after-fails' skip and its UPSTREAM alert were written in that
     same transaction. Another worker delivers the alert: once, naming the skipped execution."""
-    from cron_celery import dependencies
+    from cron_celery.decisions import dependencies
 
     dependencies.sync([jobs.chain_fails.job, jobs.chain_after_fails.job])
     hook = HttpServer().start()

@@ -16,8 +16,10 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from cron_celery import reconciler, registry, tasks
+from cron_celery import reconciler
+from cron_celery.declaring import registry
 from cron_celery.models import CronExecution, CronJob, Status, Trigger
+from cron_celery.run import tasks
 from tests.conftest import marked, wait_for
 from tests.redis_servers import RedisServer
 from tests.workers import Worker

@@ -16,7 +16,7 @@ import pytest
 from django.db import connection
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
-from cron_celery import leadership
+from cron_celery.decisions import leadership
 from cron_celery.models import Lease
 from tests.conftest import marked, wait_for
 from tests.faults.test_beat import beat_log, start_beat, stop

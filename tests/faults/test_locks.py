@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 from django.test import override_settings
 
-from cron_celery import dispatch, locks, models, runs, schedules, tasks
-from cron_celery import jobs as job_rows
+from cron_celery import models, schedules
+from cron_celery.decisions import dispatch
+from cron_celery.decisions import jobs as job_rows
 from cron_celery.models import CronExecution, SkipReason, Status, Trigger
+from cron_celery.run import locks, runs, tasks
 from tests.celery_app import app
 from tests.conftest import marked, wait_for
 from tests.jobsapp import tasks as jobs

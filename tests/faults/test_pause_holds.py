@@ -23,9 +23,10 @@ import pytest
 from django.db import connection
 from django_celery_beat.models import PeriodicTask
 
-from cron_celery import backfill, dispatch, leadership, tasks
-from cron_celery import jobs as job_rows
+from cron_celery.decisions import dispatch, leadership
+from cron_celery.decisions import jobs as job_rows
 from cron_celery.models import CronExecution, CronJob, SkipReason, Status, Trigger
+from cron_celery.run import backfill, tasks
 from tests.celery_app import app
 from tests.conftest import manage, marked, subprocess_env, wait_for
 from tests.faults import test_buffered as buffered

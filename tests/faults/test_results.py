@@ -12,8 +12,8 @@ import psycopg
 import pytest
 from django.db import connection, transaction
 
-from cron_celery import runs
 from cron_celery.models import CronExecution, CronJob, Status, Trigger
+from cron_celery.run import runs
 from tests.conftest import make_job, marked, wait_for
 from tests.faults import test_retries
 from tests.faults.test_retries import SLOT, attempt_log, enqueue, settled

@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 
-from cron_celery import dispatch, tasks
-from cron_celery import jobs as job_rows
+from cron_celery.decisions import dispatch
+from cron_celery.decisions import jobs as job_rows
 from cron_celery.models import Alert, AlertStatus, CronExecution, CronJob, Status, Trigger
+from cron_celery.run import tasks
 from tests.celery_app import app
 from tests.conftest import marked, wait_for
 from tests.faults.test_beat import start_beat, stop

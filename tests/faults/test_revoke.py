@@ -14,9 +14,11 @@ from typing import Any
 
 import pytest
 
-from cron_celery import dispatch, reconciler, tasks
-from cron_celery import jobs as job_rows
+from cron_celery import reconciler
+from cron_celery.decisions import dispatch
+from cron_celery.decisions import jobs as job_rows
 from cron_celery.models import Alert, CronExecution, CronJob, Status, Trigger
+from cron_celery.run import tasks
 from tests.celery_app import app
 from tests.conftest import ROOT, marked, subprocess_env, wait_for
 from tests.faults import test_retries

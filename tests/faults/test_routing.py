@@ -19,9 +19,12 @@ from django.conf import settings
 from django.db import connection
 from django.test import override_settings
 
-from cron_celery import dispatch, reconciler, registry, tasks
-from cron_celery import jobs as job_rows
+from cron_celery import reconciler
+from cron_celery.decisions import dispatch
+from cron_celery.decisions import jobs as job_rows
+from cron_celery.declaring import registry
 from cron_celery.models import CronExecution, Status, Trigger
+from cron_celery.run import tasks
 from tests.celery_app import app
 from tests.conftest import manage, marked, subprocess_env, wait_for
 from tests.faults.test_beat import start_beat, stop

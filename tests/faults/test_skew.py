@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from cron_celery import jobs as job_rows
+from cron_celery.decisions import jobs as job_rows
 from cron_celery.models import CronExecution, CronJob, Status, Trigger
 from tests.conftest import ROOT, debian_tool, subprocess_env, wait_for
 from tests.faults.test_clock import FAKETIME, stop_group

@@ -13,8 +13,9 @@ from collections import Counter
 import pytest
 from django_celery_beat.models import PeriodicTask
 
-from cron_celery import outcomes, registry, tasks
+from cron_celery.declaring import registry
 from cron_celery.models import CronExecution, CronJob, SkipReason, Status, Trigger
+from cron_celery.run import outcomes, tasks
 from tests.conftest import marked, wait_for
 from tests.faults.test_beat import cluster, start_beat, stop
 

@@ -15,7 +15,7 @@ from typing import Any
 from django.dispatch import receiver
 
 from cron_celery import Run, cron_task
-from cron_celery.signals import execution_failed, execution_succeeded
+from cron_celery.alerts.signals import execution_failed, execution_succeeded
 from tests.jobsapp.tasks import mark
 
 

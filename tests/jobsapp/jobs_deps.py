@@ -21,8 +21,8 @@ from typing import Any
 from django.dispatch import receiver
 
 from cron_celery import Run, cron_task
+from cron_celery.alerts.signals import execution_succeeded
 from cron_celery.schedules import every
-from cron_celery.signals import execution_succeeded
 from tests.jobsapp.tasks import mark
 
 MODE = os.environ.get("CRON_TEST_DEPS", "")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 import time
 
-from cron_celery import Run, cron_task, leases
+from cron_celery import Run, cron_task
+from cron_celery.run import leases
 
 
 def _note(run: Run, label: str) -> None:

@@ -22,9 +22,12 @@ from celery.exceptions import Retry, SoftTimeLimitExceeded
 from django.conf import settings
 from django.db import connection, transaction
 
-from cron_celery import TrackedTask, models, reconciler, registry, repairs, runs, tasks
-from cron_celery import dispatch as cron_dispatch
-from cron_celery import jobs as cron_jobs
+from cron_celery import TrackedTask, models, reconciler
+from cron_celery.decisions import dispatch as cron_dispatch
+from cron_celery.decisions import jobs as cron_jobs
+from cron_celery.decisions import repairs
+from cron_celery.declaring import registry
+from cron_celery.run import runs, tasks
 from tests.celery_app import app
 from tests.conftest import wait_for
 from tests.model.reference import Spec
@@ -313,7 +316,7 @@ def dispatch(jobs: Jobs, key: str, expected: dt.datetime | None, next_run_at: dt
              run: list[dt.datetime], missed: list[dt.datetime]) -> tuple[bool, list[cron_dispatch.ToPublish]]:
     """What the leading beat does for one due job: one ``dispatch_many`` statement, then the
     messages of the rows it inserted, and the alert for slots it recorded MISSED."""
-    from cron_celery import outcomes
+    from cron_celery.run import outcomes
 
     job = jobs.declared[key]
     decision = cron_dispatch.Decision(job_id=jobs.ids[key], expected_next_run_at=expected, next_run_at=next_run_at,

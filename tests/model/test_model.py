@@ -36,7 +36,9 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from cron_celery import backfill, claims, dispatch, models, runs, tasks
+from cron_celery import models
+from cron_celery.decisions import claims, dispatch
+from cron_celery.run import backfill, runs, tasks
 from tests.model import harness as h
 from tests.model.reference import CAPPED, CLAIM, DUPLICATE, FINAL, GIVE_UP, SKIP, WAITING, Exe, Model
 

@@ -11,8 +11,10 @@ import datetime as dt
 import pytest
 from django.db import connection
 
-from cron_celery import claims, dispatch, executions, finishes, outcomes, registry, repairs
+from cron_celery.decisions import claims, dispatch, executions, finishes, repairs
+from cron_celery.declaring import registry
 from cron_celery.models import Alert, CronExecution, CronJob, Trigger
+from cron_celery.run import outcomes
 from tests.conftest import expire_lease, make_job
 
 pytestmark = pytest.mark.django_db

@@ -7,7 +7,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from cron_celery import backfill, exceptions, registry
+from cron_celery import exceptions
+from cron_celery.declaring import registry
+from cron_celery.run import backfill
 
 
 class Command(BaseCommand):

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from cron_celery import health
+from cron_celery.beat import health
 
 
 class Command(BaseCommand):

@@ -11,7 +11,9 @@ from django.core.management.base import BaseCommand
 from django.db import connection
 from django.utils import timezone
 
-from cron_celery import enums, models, oneoffs, registry
+from cron_celery import enums, models
+from cron_celery.decisions import oneoffs
+from cron_celery.declaring import registry
 
 EXE, JOB = models.CronExecution._meta.db_table, models.CronJob._meta.db_table
 

@@ -8,7 +8,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
-from cron_celery import conf, retention
+from cron_celery import conf
+from cron_celery.reconciler import retention
 
 
 class Command(BaseCommand):

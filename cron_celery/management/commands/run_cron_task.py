@@ -12,19 +12,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from cron_celery import (
-    callers,
-    dispatch,
-    enums,
-    exceptions,
-    jobs,
-    params,
-    registry,
-    runs,
-    schedule_sync,
-    schedules,
-    tasks,
-)
+from cron_celery import enums, exceptions, schedules
+from cron_celery.decisions import dispatch, in_effect, jobs
+from cron_celery.declaring import params, registry
+from cron_celery.run import callers, runs, tasks
 
 #: Exit codes: 0 ran (or the slot was already done), 1 failed or bad input, 2 refused.
 EXIT_OK, EXIT_FAILED, EXIT_REFUSED = 0, 1, 2
@@ -97,7 +88,7 @@ class Command(BaseCommand):
         try:
             job = registry.get(options["job"])
             given = self._given(job, options["param"])
-            slot = schedule_sync.slot_for(job, options["date"], options["at"])
+            slot = in_effect.slot_for(job, options["date"], options["at"])
             if options["schedule"]:
                 self._schedule(job, slot, force=options["force"], given=given)
                 return

@@ -6,7 +6,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from cron_celery import audit, leadership, schedule_sync
+from cron_celery.beat import schedule_sync
+from cron_celery.decisions import audit, leadership
 
 
 class Command(BaseCommand):

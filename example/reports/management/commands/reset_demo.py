@@ -13,8 +13,9 @@ from django.core.management.base import BaseCommand
 from django_celery_beat.models import PeriodicTask
 from pottery import Redlock
 
-from cron_celery import beat, locks
+from cron_celery import beat
 from cron_celery.models import BeatHeartbeat, CronExecution, CronJob, ScheduleChange
+from cron_celery.run import locks
 
 
 class Command(BaseCommand):

@@ -1,0 +1,448 @@
+"""``celery -A proj beat -S cron_celery.beat.Scheduler``: dispatch every slot once.
+
+Only the leader dispatches: it holds the ``beat`` lease row in PostgreSQL (``leadership``;
+``BEAT_LEASE_SECONDS`` on the database clock, renewed three times per lease) and, when Redis
+masters are configured and a quorum answers, the Redlock lease too (see ``Leadership``); a
+standby beat tries each tick and takes over once the lease is released or runs out; a beat
+that loses it stops dispatching at once. For cron jobs leadership only saves work — the
+database write in ``dispatch.dispatch_many`` is what makes each slot dispatched once, even when
+two beats both believe they lead; for django-celery-beat's own periodic tasks it is what
+keeps them from being sent twice.
+
+Each tick asks the database whether any job is due (``next_run_at <= now``, indexed) or
+was edited in the admin; if so it takes in the edits (``schedule_sync.apply_edits``),
+plans the due slots by each job's catch-up policy, records them for many jobs in one
+statement (``dispatch.dispatch_many``), and publishes only the executions it inserted.
+Other periodic tasks (made in the admin, or ``beat_schedule`` entries) are sent by
+django-celery-beat's ``DatabaseScheduler``, untracked, from the leader only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+import zoneinfo
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+from django.db import DatabaseError, connection
+from django_celery_beat.schedulers import DatabaseScheduler
+from pottery import Redlock
+from pottery.exceptions import ExtendUnlockedLock, QuorumIsImpossible, ReleaseUnlockedLock
+
+from cron_celery import check_errors, conf, schedules
+from cron_celery.beat import health, publishing, schedule_problems, schedule_sync
+from cron_celery.decisions import audit, dispatch, leadership, oneoffs, repairs
+from cron_celery.run import locks, outcomes, tasks
+
+logger = logging.getLogger(__name__)
+
+
+
+def leader_key() -> str:
+    """The Redlock key of the beat leader's lease (one per database: see ``conf.lock_prefix``)."""
+    return f"{conf.lock_prefix()}:beat-leader"
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Hold SIGTERM/SIGINT until the block ends.
+
+    Celery's beat turns SIGTERM into ``SystemExit`` wherever the main thread is; between the
+    commit of a PENDING row and its publish that would strand the row. While the block runs
+    the signals are only noted; they are raised again, to the handlers that were in place,
+    as soon as it ends. (Python handlers always run in the main thread, whichever thread
+    the kernel delivered the signal to, so a signal mask would not do.)
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = {number: signal.getsignal(number) for number in (signal.SIGTERM, signal.SIGINT)}
+    for number in previous:
+        signal.signal(number, lambda signum, _frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler if handler is not None else signal.SIG_DFL)
+        for signum in dict.fromkeys(caught):
+            signal.raise_signal(signum)
+
+
+class Leadership:
+    """Which beat leads: the one holding the database lease ``beat``, always.
+
+    The row (``leadership.hold``) is the arbiter, on the database clock, so exactly one beat
+    leads whether Redis answers or not. With Redis masters configured the leader also holds
+    the Redlock ``beat-leader``: a standby that sees another beat holding it does not ask the
+    database, and a leader that sees another beat holding it (Redis came back after an
+    outage in which this beat led through the database alone) steps down and releases the
+    row, so the Redis holder takes the row at its next tick; a beat that holds the Redlock but
+    cannot get the row releases the Redlock. Without a quorum of masters the row alone decides
+    (``lock degraded`` is logged). ``CRON_CELERY_BEAT_ALWAYS_LEAD=1`` (tests) makes every
+    beat lead.
+    """
+
+    #: The name of the lease row.
+    LEASE = "beat"
+
+    def __init__(self, ttl: float) -> None:
+        self.ttl = ttl
+        self.identity = f"{socket.gethostname()}:{os.getpid()}"
+        self.token = uuid.uuid4().hex
+        self._lock: Redlock | None = None
+        self._renewed = 0.0
+        self.leading = False
+
+    def check(self) -> bool:
+        """Acquire or renew; returns whether this beat may dispatch now."""
+        if os.environ.get("CRON_CELERY_BEAT_ALWAYS_LEAD") == "1":
+            self.leading = True
+            return True
+        now = time.monotonic()
+        if self.leading and now - self._renewed < self.ttl / 3:
+            return True
+        redis = self._redis()
+        if redis is False:  # another beat holds the Redlock
+            if self.leading:
+                logger.warning("beat %s: another beat holds the Redis leader lease; standing by", self.identity)
+            self._step_down()
+            return False
+        try:
+            held = leadership.hold(self.LEASE, self.token, self.identity, self.ttl)
+        except DatabaseError as error:  # no database, no dispatch: stand by and try again next tick
+            logger.warning("beat %s could not reach the leader lease in the database: %s", self.identity, error)
+            connection.close_if_unusable_or_obsolete()
+            held = False
+        if held and not self.leading:
+            how = "" if redis else " (database lease; no Redis quorum)" if conf.lock_masters() else " (database lease)"
+            logger.warning("beat %s is now the leader%s", self.identity, how)
+        elif not held and self.leading:
+            logger.warning("beat %s lost the leader lease; standing by", self.identity)
+        if held:
+            self._renewed = now
+        else:
+            self._release_redis()  # let the row's holder (or the next beat) have the Redlock too
+        self.leading = held
+        return held
+
+    def _redis(self) -> bool | None:
+        """Hold the Redlock too: True when this beat holds it, False when another beat does,
+        None when no masters are configured or no quorum answers."""
+        if not conf.lock_masters():
+            return None
+        try:
+            if self._lock is not None:
+                with contextlib.suppress(ExtendUnlockedLock):  # it ran out: take it again if it is free
+                    self._lock.extend()
+                    return True
+                self._lock = None
+            candidate = Redlock(key=leader_key(), masters=locks.masters(), auto_release_time=self.ttl,
+                                raise_on_redis_errors=True, num_extensions=2**62)
+            if candidate.acquire(blocking=False):
+                self._lock = candidate
+                return True
+            return False
+        except QuorumIsImpossible as error:
+            locks.warn_degraded("beat-leader", error)
+            return None
+
+    def _release_redis(self) -> None:
+        if self._lock is not None:
+            with contextlib.suppress(ReleaseUnlockedLock, QuorumIsImpossible):
+                self._lock.release()
+        self._lock = None
+
+    def _step_down(self) -> None:
+        if self.leading:
+            with contextlib.suppress(DatabaseError):
+                leadership.release(self.LEASE, self.token)
+        self.leading = False
+
+    def release(self) -> None:
+        """Give both leases up (beat stops): a standby takes over at its next tick."""
+        self._release_redis()
+        with contextlib.suppress(DatabaseError):
+            leadership.release(self.LEASE, self.token)
+        self.leading = False
+
+
+PlanKey = tuple[str, str, dt.datetime, str, int, dt.datetime | None, dt.datetime | None]
+
+
+
+def log_round(jobs: dict[int, dispatch.DueJob], decisions: list[dispatch.Decision], sent: int, missed: int,
+              seconds: float) -> None:
+    """One INFO line per dispatch round that found something due, one per job whose slots were
+    recorded MISSED (with why), and each slot at DEBUG."""
+    if not decisions:
+        return
+    logger.info("cron_celery beat: dispatched %d slot(s) of %d job(s) in %.0f ms (%d sent, %d recorded MISSED)",
+                sum(len(d.run) for d in decisions), len(decisions), seconds * 1000, sent, missed)
+    for decision in decisions:
+        job = jobs[decision.job_id]
+        for slot in decision.run:
+            logger.debug("cron_celery beat: %s %s dispatched", job.name, schedules.iso(slot))
+        if decision.missed:
+            logger.info("cron job %s: %d slot(s) recorded MISSED, %s to %s: not dispatched in time (the beat "
+                        "was not running or was behind), and catch_up=%s does not run them late", job.name,
+                        len(decision.missed), schedules.iso(min(decision.missed)), schedules.iso(max(decision.missed)),
+                        job.catch_up)
+            for slot in decision.missed:
+                logger.debug("cron_celery beat: %s %s recorded MISSED", job.name, schedules.iso(slot))
+
+def plan(row: dispatch.DueJob, now: dt.datetime, plans: dict[PlanKey, schedules.CatchUpPlan | None],
+         parsed: dict[tuple[str, str], schedules.Schedule],
+         problems: dict[int, str] | None = None) -> dispatch.Decision | None:
+    """The decision for one due job. ``plans`` shares the work between jobs with the same
+    schedule that fell due together (a thousand every-minute jobs plan once); ``parsed``
+    caches schedules by (expression, timezone).
+
+    A job whose stored schedule cannot be planned gets no decision (and never raises, so
+    the other jobs of the batch are dispatched); with ``problems`` its reason is put there
+    by job id, for the caller to set the job aside. Execution dates are read in the job's
+    timezone, like every other writer's (``schedules.execution_date``).
+
+    A job with jitter is planned as of ``now`` minus its offset: a slot is due once its offset
+    has passed, and it is late (catch-up) only if it is late by more than its grace after that.
+
+    A job with an active window plans only the slots inside it: none before ``active_from`` (the
+    first is the window's first slot) and none at or after ``active_until``; those outside are
+    neither run nor recorded MISSED. A job whose periodic task is ``one_off`` runs one slot (the
+    newest due) and its decision is its last (``Decision.last``)."""
+    key = (row.schedule, row.timezone, row.next_run_at, row.catch_up, row.jitter_ms, row.active_from,
+           row.active_until)
+    if key not in plans:
+        try:
+            if (row.schedule, row.timezone) not in parsed:
+                parsed[(row.schedule, row.timezone)] = schedules.parse_expression(row.schedule, row.timezone)
+            schedule = parsed[(row.schedule, row.timezone)]
+            as_of = now - dt.timedelta(milliseconds=row.jitter_ms)
+            first = row.next_run_at
+            if row.active_from is not None and first < row.active_from:  # slots before the window: never
+                first = schedule.next_after(row.active_from - dt.timedelta(microseconds=1))
+            plans[key] = schedules.plan_catch_up(schedule, first, as_of, row.catch_up,
+                                                 limit=conf.settings.CATCH_UP_LIMIT, end=row.active_until)
+        except Exception as error:  # one job's bad row must not stop the batch
+            logger.error("cron job %s: its schedule %r (%s) cannot be planned: %s", row.name, row.schedule,
+                         row.timezone, error)
+            plans[key] = None
+    planned = plans[key]
+    try:
+        tz = zoneinfo.ZoneInfo(row.job_timezone)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        logger.error("cron job %s: its timezone %r does not exist", row.name, row.job_timezone)
+        planned = None
+    if planned is None:
+        if problems is not None:
+            problems[row.job_id] = unplannable(row)
+        return None
+    if planned.unrecorded_before is not None:
+        logger.warning("cron job %s: down since %s; slots before %s are not recorded as MISSED",
+                       row.name, schedules.iso(row.next_run_at), schedules.iso(planned.unrecorded_before))
+    run, missed, last = planned.run, planned.missed, False
+    if row.one_off and run:  # django-celery-beat's one_off: this slot, and no other, then disabled
+        run, missed, last = run[-1:], [], True
+    return dispatch.Decision(job_id=row.job_id, expected_next_run_at=row.next_run_at, next_run_at=planned.next_run_at,
+                             run=run, missed=missed, tz=tz, jitter_ms=row.jitter_ms, last=last,
+                             catching_up=planned.late)
+
+
+def unplannable(row: dispatch.DueJob) -> str:
+    """Why a due job cannot be planned, in words (for the few that cannot)."""
+    try:
+        zoneinfo.ZoneInfo(row.job_timezone)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        return f"the job's timezone {row.job_timezone!r} does not exist"
+    try:
+        schedule = schedules.parse_expression(row.schedule, row.timezone)
+        schedule.next_after(row.next_run_at)
+    except Exception as error:
+        return f"the schedule in effect, {row.schedule!r} ({row.timezone}), cannot be planned: {error}"
+    return f"the schedule in effect, {row.schedule!r} ({row.timezone}), cannot be planned"
+
+
+class Scheduler(DatabaseScheduler):  # type: ignore[misc]
+    """Celery beat scheduler for cron_celery jobs.
+
+    Periodic tasks that are not cron jobs (made in the admin, or ``beat_schedule``
+    entries) are left to django-celery-beat's ``DatabaseScheduler``, untracked — but only
+    the leader sends them, so two beats do not send them twice either.
+    """
+
+    #: Longest sleep between ticks, in seconds.
+    tick_seconds = 1.0
+    #: When (monotonic) the clock skew was last logged.
+    _skew_warned = -1e9
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        check_errors.refuse_to_start("beat")  # before the first sync writes anything
+        self.leadership = Leadership(float(conf.settings.BEAT_LEASE_SECONDS))
+        self._schedules: dict[tuple[str, str], schedules.Schedule] = {}
+        self.published = 0  # executions sent since start
+        self.uncounted: Counter[int] = Counter()  # sent per job, not yet on its periodic task
+        self._beat_seen, self._beat_leading = -1e9, False
+        super().__init__(*args, **kwargs)
+
+    def setup_schedule(self) -> None:
+        # First slots after the database's now; the audit log names the beat's start as the source.
+        report = schedule_sync.sync(leadership.database_now(), source=audit.DEPLOY_BEAT)
+        logger.info("cron_celery: schedules synced: %s", report)
+        schedule_problems.log_outstanding()
+        super().setup_schedule()
+
+    def enabled_models_qs(self) -> Any:
+        """django-celery-beat's own entries: every enabled periodic task but ours. Its query reads every
+        crontab row's timezone; one it cannot read (a row written past the admin) falls back to all of them."""
+        try:
+            return super().enabled_models_qs().filter(cron_job__isnull=True)
+        except Exception as error:  # one bad crontab row must not stop the beat's start or its ticks
+            logger.warning("cron_celery beat: django-celery-beat cannot read its crontab rows (%s: %s); taking "
+                           "every enabled periodic task", type(error).__name__, error)
+            return self.Model.objects.enabled().filter(cron_job__isnull=True)
+
+    def tick(self, *args: Any, **kwargs: Any) -> float:
+        leading = self.leadership.check()
+        self.heartbeat(leading)
+        if not leading:
+            return self.tick_seconds
+        plain = super().tick(*args, **kwargs)
+        wait = self.tick_seconds
+        try:
+            with signals_deferred():
+                wait = self.dispatch_due()
+        except Exception:  # a failed round is retried next tick; beat must not die
+            logger.exception("cron_celery beat: dispatch round failed")
+        return max(0.005, min(float(plain), wait))
+
+    def dispatch_due(self) -> float:
+        """Record and publish every due slot; returns how long to sleep until the next one
+        (at most ``tick_seconds``, so edits and other beats are noticed within a second).
+
+        Idle, this is one query. Due jobs are planned in batches of ``BEAT_BATCH``, each
+        batch recorded in one statement and published over one broker connection.
+        """
+        deadline = time.monotonic() + self.leadership.ttl / 3
+        while True:
+            next_at, edited, now = dispatch.next_due()  # now: the database's clock, not this machine's
+            if edited:  # take edits in first: they may move or pause what is due
+                schedule_sync.apply_edits(now)
+                if time.monotonic() > deadline:
+                    return 0.0
+                continue
+            if next_at is None or next_at > now:
+                ahead = (next_at - now).total_seconds() if next_at is not None else self.tick_seconds
+                return min(self.tick_seconds, ahead)
+            one_offs = self.send_one_offs(now)
+            self.published += one_offs
+            due = dispatch.due_jobs(now, limit=conf.settings.BEAT_BATCH)
+            if not due and not one_offs:  # what was due is being taken elsewhere (a row another beat holds)
+                return self.tick_seconds
+            plans: dict[PlanKey, schedules.CatchUpPlan | None] = {}
+            problems: dict[int, str] = {}
+            decisions = [decision for row in due if (decision := self.plan(row, now, plans, problems)) is not None]
+            if problems:  # no longer due: they would come back every round, ahead of the others
+                schedule_problems.set_aside(problems)
+            began = time.monotonic()
+            advanced, to_publish, missed = dispatch.dispatch_many(decisions)
+            by_id = {row.job_id: row for row in due}
+            sent = self.publish(by_id, to_publish)
+            self.published += sent
+            if missed:  # alerts for the outage, one per job
+                outcomes.missed(repairs.newest_missed([d.job_id for d in decisions
+                                                       if d.missed and d.job_id in advanced]))
+            log_round(by_id, decisions, sent, missed, time.monotonic() - began)
+            # django-celery-beat's "last run" of the periodic tasks: a courtesy, never in the way.
+            # Counts it could not write (a row held by an admin's save) are written next round.
+            self.uncounted.update(item.job_id for item in to_publish[:sent])
+            try:
+                dispatch.count_sent(dict(self.uncounted))
+                self.uncounted.clear()
+            except DatabaseError as error:
+                logger.info("cron_celery beat: the periodic tasks' last run is kept for the next round (%s: %s)",
+                            type(error).__name__, str(error).strip())
+            if time.monotonic() > deadline:
+                return 0.0
+
+    def plan(self, row: dispatch.DueJob, now: dt.datetime, plans: dict[PlanKey, schedules.CatchUpPlan | None],
+             problems: dict[int, str] | None = None) -> dispatch.Decision | None:
+        return plan(row, now, plans, self._schedules, problems)
+
+    def publish(self, jobs: dict[int, dispatch.DueJob], to_publish: list[dispatch.ToPublish]) -> int:
+        """Send the executions this beat inserted, oldest slot first, over one connection and,
+        where the broker transport can (Redis, kombu >= 5.7), in pipelined batches.
+
+        If the broker fails, what was not sent stays PENDING (and is logged).
+        """
+        if not to_publish:
+            return 0
+        sent = 0
+        try:
+            with self.app.producer_or_acquire() as producer:
+                sender = publishing.sender_for(self.app, producer)
+                batch = getattr(producer, "batch", None)
+                with batch(max_size=conf.settings.BEAT_BATCH) if batch else contextlib.nullcontext():
+                    for item in to_publish:
+                        sender.send(jobs[item.job_id].task, tasks.headers(item.execution_id, item.slot, item.trigger),
+                                    item.celery_task_id)
+                        sent += 1
+        except Exception:
+            logger.exception("could not publish all of %d executions; those not sent stay PENDING",
+                             len(to_publish))
+            return 0
+        return sent
+
+    def send_one_offs(self, now: dt.datetime) -> int:
+        """Take the one-off runs due by ``now`` (each once, whichever beat asks) and send them. One
+        whose message the broker refuses keeps its task id and stays PENDING: the reconciler sends
+        it after ``PENDING_GRACE``, as any PENDING execution no worker started."""
+        taken = oneoffs.take_due(now, conf.settings.BEAT_BATCH)
+        sent = 0
+        try:
+            with self.app.producer_or_acquire() as producer:
+                sender = publishing.sender_for(self.app, producer)
+                for due in taken:
+                    sender.send(due.task, tasks.headers(due.execution_id, due.slot, oneoffs.ONE_OFF, force=due.force),
+                                due.celery_task_id)
+                    logger.info("cron_celery beat: one-off run %s (execution %d) sent", schedules.iso(due.slot),
+                                due.execution_id)
+                    sent += 1
+        except Exception:
+            logger.exception("could not send all of %d one-off runs; those not sent stay PENDING", len(taken))
+        if sent:
+            self.uncounted.update(due.job_id for due in taken[:sent])
+        return sent
+
+    def heartbeat(self, leading: bool) -> None:
+        """Tell the health check this beat is alive, every few seconds and on every change."""
+        now = time.monotonic()
+        if leading == self._beat_leading and now - self._beat_seen < min(10.0, self.leadership.ttl / 3):
+            return
+        try:
+            before = time.time()
+            database = health.beat_seen(self.leadership.identity, leading)
+            skew = health.clock_skew(database, before, time.time())
+        except Exception:  # health reporting must not stop the schedule
+            logger.exception("cron_celery beat: could not record its heartbeat")
+            return
+        if skew is not None and now - self._skew_warned >= 600:  # at most every ten minutes
+            logger.warning("beat %s: this machine's clock is %+.1f s off the database's; slots are dispatched "
+                           "by the database's clock, but keep this machine on NTP",
+                           self.leadership.identity, skew)
+            self._skew_warned = now
+        self._beat_seen, self._beat_leading = now, leading
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            health.beat_gone(self.leadership.identity)
+        self.leadership.release()
+        super().close()

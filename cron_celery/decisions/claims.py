@@ -1,0 +1,501 @@
+"""The run's claim: whether this call of a slot runs, is skipped, waits, or is a duplicate.
+
+Every decision about one job is serialised by locking that job's ``CronJob`` row (a row
+that always exists), never rows that may not exist. The same statement that takes the
+lock also advances the job's fence, so each claim gets a number no earlier claim had;
+every later write about the run carries it (the heartbeat here, the final write in
+``finishes``), and a write with a stale fence changes nothing.
+
+Statements per run (see docs/benchmarks.md): ``begin`` is one autocommit statement when
+the job needs no slot or overlap check (pattern ``always`` with overlap ``allow``), and
+otherwise three statements in one transaction (lock + fence, read the slot's state,
+insert or claim); the final write (``finishes.finish``) is one autocommit statement;
+``heartbeat`` is one statement every third of the lease. The single-statement claim and the
+final write are prepared once per database session (``statements``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from typing import Any
+
+from django.db import connection, transaction
+
+from cron_celery import enums
+from cron_celery.decisions import executions, groups, statements, waiting
+from cron_celery.declaring import registry
+
+S = enums.Status
+JOB = executions.JOB
+EXE = executions.EXE
+
+
+
+#: Outcome of ``begin`` besides claiming or skipping: the execution was already
+#: finished or is running elsewhere (a broker redelivery); nothing was written.
+DUPLICATE = "DUPLICATE"
+
+
+#: ``Claim.status_seen`` of a duplicate whose execution has no attempt left to take over.
+CAPPED = "CAPPED"
+
+
+#: Outcome of ``begin``: the execution waits for the job's live run, or for the paused job to be
+#: resumed (``waiting.mark``); its message is done with, and the execution is sent again then.
+WAITING = "WAITING"
+
+
+#: Outcome of ``begin``: an execution that already had an attempt (RETRYING, or RUNNING with
+#: an expired lease) reached a paused job; the caller ends it with its failure (``give_up``).
+GIVE_UP = "GIVE_UP"
+
+
+#: Triggers whose executions wait for a live run of their overlap-``skip`` job instead of
+#: being skipped: slots a person (a one-off run recorded ahead too), the catch-up policy or an
+#: upstream job asked for. Only a regular beat slot (``BEAT``) that meets a live run is skipped;
+#: and not for ``rate_limited`` jobs, whose extra calls are skipped. The same executions that reach
+#: a paused job wait for it to be resumed (a pause does not use them up); see ``waits_its_turn``.
+BUFFERED_TRIGGERS = frozenset({enums.Trigger.BACKFILL, enums.Trigger.CATCH_UP, enums.Trigger.ENQUEUE,
+                               enums.Trigger.ADMIN, enums.Trigger.UPSTREAM, enums.Trigger.ONE_OFF})
+
+
+def waits_its_turn(job: registry.Job, state: dict[str, Any]) -> bool:
+    """Whether this execution, once its row exists, waits rather than being skipped when it meets a
+    live run of its job (or, unforced, a paused job): a run somebody asked for (``BUFFERED_TRIGGERS``),
+    or the last slot of a django-celery-beat ``one_off`` task — the one beat slot sent with ``force``
+    (``dispatch.dispatch_many``), which must run once although the task is disabled with it. Never
+    for a ``rate_limited`` job."""
+    asked = state["own_trigger"] in BUFFERED_TRIGGERS or bool(state["own_force"])
+    return asked and job.pattern != enums.ExecutionPattern.RATE_LIMITED
+
+
+class JobRowMissing(LookupError):
+    """The job's row is gone (a flushed database); ``runs`` recreates it and retries."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Claim:
+    """What ``begin`` decided for one call."""
+
+    outcome: str  # S.RUNNING (claimed), S.SKIPPED, DUPLICATE, WAITING or GIVE_UP
+    execution_id: int | None
+    run_number: int = 0
+    fence: int | None = None
+    retry_count: int = 0
+    skip_reason: str = ""
+    status_seen: str = ""  # for DUPLICATE, WAITING, GIVE_UP: the status the execution already had
+    blocker: int | None = None  # for WAITING: the live execution it waits for
+    params: dict[str, Any] | None = None  # claimed: the parameter values on the row (what the body runs with)
+
+    @property
+    def claimed(self) -> bool:
+        return self.outcome == S.RUNNING
+
+
+def _slot_state(cursor: Any, job_id: int, slot: dt.datetime, me: int) -> dict[str, Any]:
+    """What the other executions of this slot and job are doing (under the job lock).
+
+    The slot's own state (the first four) leaves out runs with parameters a person gave
+    (``params_given``): such a run is its own execution, never the slot's regular run, so it
+    neither uses the slot up nor keeps it busy. The job's live runs (overlap, limits) count it."""
+    cursor.execute(
+        f"""
+        SELECT
+          bool_or(id <> %(me)s AND slot = %(slot)s AND NOT params_given AND status = 'SUCCEEDED'),
+          bool_or(id <> %(me)s AND slot = %(slot)s AND NOT params_given
+                  AND status IN ('FAILED', 'TIMED_OUT', 'LOST', 'REVOKED')),
+          bool_or(id <> %(me)s AND slot = %(slot)s AND NOT params_given AND (status IN ('PENDING', 'RETRYING')
+                  OR (status = 'RUNNING' AND lease_until > now()))),
+          bool_or(id <> %(me)s AND slot = %(slot)s AND NOT params_given AND status = 'RUNNING'
+                  AND lease_until <= now()),
+          bool_or(id <> %(me)s AND status = 'RUNNING' AND lease_until > now()),
+          max(status) FILTER (WHERE id = %(me)s),
+          bool_or(id = %(me)s AND lease_until > now()),
+          bool_or(id = %(me)s AND forced),
+          max(retry_count) FILTER (WHERE id = %(me)s),
+          max(trigger) FILTER (WHERE id = %(me)s),
+          bool_or(id = %(me)s AND force),
+          max(id) FILTER (WHERE id <> %(me)s AND status = 'RUNNING' AND lease_until > now()),
+          bool_or(id <> %(me)s AND status = 'RUNNING' AND lease_until <= now()),
+          count(*) FILTER (WHERE id <> %(me)s AND status = 'RUNNING' AND lease_until > now()),
+          array_agg(id) FILTER (WHERE id <> %(me)s AND status = 'RUNNING' AND lease_until <= now()),
+          bool_or(id = %(me)s AND params_given)
+        FROM {EXE}
+        WHERE job_id = %(job)s AND (slot = %(slot)s OR status = 'RUNNING' OR id = %(me)s)
+        """,
+        {"me": me, "slot": slot, "job": job_id},
+    )
+    row = cursor.fetchone()
+    keys = ("succeeded", "failed", "live", "stale", "job_live", "own_status", "own_live", "own_forced",
+            "own_retries", "own_trigger", "own_force", "blocker", "job_stale", "live_count", "stale_ids",
+            "own_params_given")
+    kept = ("own_status", "own_retries", "own_trigger", "blocker", "live_count", "stale_ids")
+    return {key: row[i] if key in kept else (row[i] or False) for i, key in enumerate(keys)}
+
+
+def _decide(
+    job: registry.Job, state: dict[str, Any], *, paused: bool, force: bool, rerun: bool, attempted: bool = False
+) -> str:
+    """The skip reason for this call, or '' to run. Pure: tested branch by branch.
+
+    ``attempted``: the execution already had an attempt (a retry, or a takeover); it owns its
+    slot, so the pattern's slot check does not apply again — only the pause and the overlap do.
+    """
+    if paused and not force:
+        return enums.SkipReason.PAUSED
+    if not (force or rerun or attempted):
+        if job.pattern in (enums.ExecutionPattern.STANDARD,
+                           enums.ExecutionPattern.RERUN_ON_FAILURE):
+            if state["live"]:
+                return enums.SkipReason.ALREADY_RUNNING
+            if state["succeeded"]:
+                return enums.SkipReason.ALREADY_RAN
+        if job.pattern == enums.ExecutionPattern.STANDARD and (
+            state["failed"] or state["stale"]
+        ):
+            return enums.SkipReason.ALREADY_RAN
+    if job.exclusive and state["job_live"]:
+        return enums.SkipReason.OVERLAP
+    if _job_full(job, state) or state.get("group_full"):
+        return enums.SkipReason.CONCURRENCY
+    return ""
+
+
+def _supersede(cursor: Any, job_id: int, stale: list[int], fence: int) -> None:
+    """This claim runs a job with a limit (exclusive, or ``max_concurrency``) while another of its
+    runs is RUNNING with an expired lease (its worker froze, or lost the database, and did not
+    renew): that run no longer owns the job. It takes this claim's fence, so its heartbeat and
+    final write, which carry the old one, are refused (FENCED, its run told to stop), and two
+    runs of the job are never both recorded. Its row stays RUNNING with the expired lease: the reconciler ends it
+    (``LEASE_EXPIRED``, retried by the job's policy) as it would have without this claim.
+
+    Every RUNNING row of the job that was stale when the claim looked (``stale``) is superseded,
+    not only those whose lease is still expired now: a heartbeat that renewed one since (it takes
+    no job lock) must not leave the job with two live runs (or more than its limit): its lease is
+    ended too. A run that was live when the claim looked (a ``max_concurrency`` job's) is not
+    touched."""
+    # Its history keeps the fence it ran under: a first attempt (no history yet) gets its entry now.
+    cursor.execute(
+        f"""
+        UPDATE {EXE} SET fence = %(fence)s, lease_until = least(lease_until, now()),
+            attempts = CASE WHEN jsonb_array_length(attempts) > 0 THEN attempts
+                ELSE jsonb_build_array(jsonb_build_object('attempt', retry_count + 1, 'started', started,
+                                                          'worker', worker, 'pid', pid, 'fence', fence)) END
+        WHERE job_id = %(job)s AND id = ANY(%(stale)s) AND status = 'RUNNING' AND fence < %(fence)s
+        """,
+        {"fence": fence, "job": job_id, "stale": stale},
+    )
+
+
+def _job_full(job: registry.Job, state: dict[str, Any]) -> bool:
+    return job.limit is not None and (state.get("live_count") or 0) >= job.limit
+
+
+def _waits_for(job: registry.Job, state: dict[str, Any], reason: str) -> dict[str, Any]:
+    """What a waiting execution's note names: the job's own limit, else its group's."""
+    if reason != enums.SkipReason.CONCURRENCY:
+        return {}
+    if _job_full(job, state):
+        return {"limit": job.limit}
+    return {"group": job.concurrency_group, "limit": state["group_full"]}
+
+
+def _skip_message(job: registry.Job, state: dict[str, Any], reason: str) -> str:
+    if reason == enums.SkipReason.CONCURRENCY and not _job_full(job, state):
+        return (f"Skipped: the job's concurrency group {job.concurrency_group!r} already has "
+                f"{state['group_full']} runs at once, as many as CONCURRENCY_GROUPS allows.")
+    return SKIP_MESSAGES[reason]
+
+
+def _needs_state(job: registry.Job, execution_id: int | None, force: bool, rerun: bool) -> bool:
+    if execution_id is not None:
+        return True
+    if job.limit is not None or job.concurrency_group:
+        return True
+    slot_checked = job.pattern in (
+        enums.ExecutionPattern.STANDARD, enums.ExecutionPattern.RERUN_ON_FAILURE
+    )
+    return slot_checked and not (force or rerun)
+
+
+SKIP_MESSAGES: dict[str, str] = {
+    enums.SkipReason.PAUSED: "Skipped: the job is paused.",
+    enums.SkipReason.ALREADY_RAN: "Skipped: this slot already ran.",
+    enums.SkipReason.ALREADY_RUNNING: "Skipped: this slot is already running or queued.",
+    enums.SkipReason.OVERLAP: "Skipped: another execution of this job is running.",
+    enums.SkipReason.LOCK_UNAVAILABLE: "Skipped: another server holds the job's lock.",
+    enums.SkipReason.CONCURRENCY: "Skipped: the job already has as many runs at once as its max_concurrency allows.",
+}
+
+
+def begin(
+    *,
+    job: registry.Job,
+    job_id: int,
+    slot: dt.datetime,
+    execution_date: dt.date,
+    trigger: str,
+    execution_id: int | None = None,
+    force: bool = False,
+    rerun: bool = False,
+    celery_task_id: str = "",
+    worker: str = "",
+    pid: int | None = None,
+    lease_seconds: int = 60,
+    lock_busy: bool = False,
+    given: dict[str, Any] | None = None,
+    params_given: bool = False,
+) -> Claim:
+    """Claim the slot for this worker, record a skip, or recognise a duplicate delivery.
+
+    With ``execution_id`` (a message from beat or ``--enqueue``) the existing row is
+    claimed, and runs with the parameter values on it; without it a new execution (the next
+    ``run_number``) is inserted, with ``given`` over the job's scheduled values. A run with
+    parameters a person gave (``params_given``, or such a row) is its own execution: the
+    pattern's slot check passes it by (as a re-run), and other runs' slot checks ignore it; the
+    pause, the overlap and the limits apply to it as to any run.
+    ``lock_busy`` (another server holds the job's Redis lock) does not decide on its own:
+    a lock left behind by a killed worker must not block the next run, so the overlap
+    check reads the database (a live lease of another execution), and reports such a skip
+    as ``LOCK_UNAVAILABLE``.
+    """
+    if not lock_busy and not _needs_state(job, execution_id, force, rerun or params_given):
+        fast = _claim_new(job=job, job_id=job_id, slot=slot, execution_date=execution_date,
+                          trigger=trigger, forced=force or rerun, celery_task_id=celery_task_id,
+                          worker=worker, pid=pid, lease_seconds=lease_seconds, given=given,
+                          params_given=params_given)
+        if fast is not None:
+            return fast
+    with transaction.atomic(), connection.cursor() as cursor:
+        # 1. Lock the job's row and take the next fence in one statement.
+        cursor.execute(
+            f"UPDATE {JOB} SET fence = fence + 1 WHERE id = %s RETURNING fence, paused, max_retries, params",
+            [job_id],
+        )
+        locked = cursor.fetchone()
+        if locked is None:
+            raise JobRowMissing(job.name)
+        fence, paused, max_retries, scheduled = locked[0], locked[1], locked[2], executions.loaded(locked[3])
+        state: dict[str, Any] = {
+            "succeeded": False, "failed": False, "live": False, "stale": False,
+            "job_live": False, "own_status": None, "own_live": False, "own_forced": False, "own_retries": None,
+            "own_trigger": None, "own_force": False, "blocker": None, "job_stale": False, "live_count": 0,
+            "stale_ids": None,
+        }
+        # 2. A job of a concurrency group takes the group's lock next (always after its row's).
+        group_full = groups.full(cursor, job.concurrency_group, job_id, execution_id or 0) \
+            if job.concurrency_group else None
+        if lock_busy or _needs_state(job, execution_id, force, rerun or params_given):
+            state = _slot_state(cursor, job_id, slot, execution_id or 0)
+        state["group_full"] = group_full
+        if execution_id is not None:
+            own = state["own_status"]
+            if own is None:
+                return Claim(outcome=DUPLICATE, execution_id=execution_id, status_seen="MISSING")
+            if own in S.terminal() or (own == S.RUNNING and state["own_live"]):
+                return Claim(outcome=DUPLICATE, execution_id=execution_id, status_seen=own)
+            if own == S.RUNNING and (state["own_retries"] or 0) >= max_retries:
+                # Its worker vanished on the last allowed attempt: taking it over would be one
+                # attempt too many (a job that kills its whole worker would loop). The caller
+                # records it LOST instead.
+                return Claim(outcome=DUPLICATE, execution_id=execution_id, status_seen=CAPPED)
+            # A run sent with --force/--rerun keeps that choice when its message is sent again.
+            rerun = rerun or bool(state["own_forced"])
+            force = force or bool(state["own_force"])
+        own = state["own_status"]
+        attempted = own in (S.RETRYING, S.RUNNING)
+        # A run with parameters a person gave passes the slot check by, as a re-run does.
+        own_params = params_given or bool(state.get("own_params_given"))
+        reason = _decide(job, state, paused=paused, force=force, rerun=rerun or own_params, attempted=attempted)
+        if lock_busy and reason == enums.SkipReason.OVERLAP:
+            reason = enums.SkipReason.LOCK_UNAVAILABLE
+        if reason and attempted and reason == enums.SkipReason.PAUSED:
+            # Never turn a failed attempt into a skip: the caller ends it with its failure.
+            return Claim(outcome=GIVE_UP, execution_id=execution_id, status_seen=own, skip_reason=reason)
+        overlapping = reason in (enums.SkipReason.OVERLAP, enums.SkipReason.LOCK_UNAVAILABLE,
+                                 enums.SkipReason.CONCURRENCY)
+        buffered = waits_its_turn(job, state)
+        if reason == enums.SkipReason.PAUSED and execution_id is not None and own == S.PENDING and buffered:
+            # Asked for: the pause holds it (unsent) until the job is resumed; it does not use it up.
+            waiting.mark(cursor, execution_id, None, paused=True)
+            return Claim(outcome=WAITING, execution_id=execution_id, status_seen=own, skip_reason=reason)
+        if overlapping and execution_id is not None and (attempted or buffered):
+            if own != S.RUNNING:  # an expired RUNNING attempt is the reconciler's to end first
+                waiting.mark(cursor, execution_id, state["blocker"], **_waits_for(job, state, reason))
+            return Claim(outcome=WAITING, execution_id=execution_id, status_seen=own, skip_reason=reason,
+                         blocker=state["blocker"])
+        if reason:
+            return _record_skip(
+                cursor, job, job_id, slot, execution_date, trigger, execution_id, reason,
+                celery_task_id, worker, pid, message=_skip_message(job, state, reason), given=given,
+                params_given=params_given,
+            )
+        if state["job_stale"] and (job.limit is not None or job.concurrency_group):
+            _supersede(cursor, job_id, list(state["stale_ids"] or []), fence)
+        if execution_id is not None:
+            cursor.execute(
+                f"""
+                UPDATE {EXE} SET status = 'RUNNING', fence = %(fence)s,
+                    lease_until = now() + make_interval(secs => %(lease)s),
+                    started = coalesce(started, clock_timestamp()), ended = NULL, waiting_since = NULL,
+                    retry_count = retry_count + (CASE WHEN status = 'RUNNING' THEN 1 ELSE 0 END),
+                    worker = %(worker)s, pid = %(pid)s,
+                    attempts = CASE WHEN status = 'PENDING' THEN attempts
+                        ELSE {executions.TAKEN_OVER} || {executions.RECLAIMED} END,
+                    celery_task_id = coalesce(nullif(%(task_id)s, ''), celery_task_id)
+                WHERE id = %(id)s AND (status IN ('PENDING', 'RETRYING')
+                      OR (status = 'RUNNING' AND lease_until <= now()))
+                RETURNING run_number, retry_count, params
+                """,
+                {"fence": fence, "lease": lease_seconds, "worker": worker, "pid": pid,
+                 "task_id": celery_task_id, "id": execution_id},
+            )
+            row = cursor.fetchone()
+            if row is None:  # changed under us despite the job lock: treat as delivered
+                return Claim(outcome=DUPLICATE, execution_id=execution_id, status_seen="CHANGED")
+            return Claim(outcome=S.RUNNING, execution_id=execution_id, run_number=row[0],
+                         fence=fence, retry_count=row[1], params=executions.loaded(row[2]))
+        new_id, run_number = executions.insert(
+            cursor, job, job_id, slot, execution_date, trigger,
+            status=S.RUNNING, forced=force or rerun, fence=fence, lease_seconds=lease_seconds,
+            celery_task_id=celery_task_id, worker=worker, pid=pid, given=given, params_given=params_given,
+        )
+        # What the insert stored (``executions.params_sql``), from the job's row locked above.
+        stored = {**(scheduled or {}), **(given or {})}
+        return Claim(outcome=S.RUNNING, execution_id=new_id, run_number=run_number, fence=fence,
+                     params=stored or None)
+
+
+#: ``_claim_new``'s statement, prepared once per database session (``statements``).
+_CLAIM_NEW = statements.statement("claim", f"""
+    WITH j AS (UPDATE {JOB} SET fence = fence + 1 WHERE id = %(job)s AND NOT paused
+               RETURNING fence, params)
+    INSERT INTO {EXE} ({executions.INSERT_COLUMNS}, params, params_given)
+    SELECT %(job)s, %(code)s, %(name)s, %(slot)s, %(date)s,
+        coalesce((SELECT max(run_number) FROM {EXE}
+                  WHERE job_id = %(job)s AND slot = %(slot)s), 0) + 1,
+        'RUNNING', %(trigger)s, '', %(forced)s, now(), clock_timestamp(), NULL, false, NULL,
+        '', '', '', 0, %(task_id)s, %(worker)s, %(pid)s, j.fence,
+        now() + make_interval(secs => %(lease)s), '[]'::jsonb,
+        nullif(coalesce(j.params, '{{}}'::jsonb) || coalesce(%(given)s::jsonb, '{{}}'::jsonb), '{{}}'::jsonb),
+        %(params_given)s
+    FROM j
+    ON CONFLICT (job_id, slot, run_number) DO NOTHING
+    RETURNING id, run_number, fence, params
+    """, {"job": "bigint", "code": "text", "name": "text", "slot": "timestamptz", "date": "date", "trigger": "text",
+          "forced": "boolean", "task_id": "text", "worker": "text", "pid": "integer", "lease": "float8",
+          "given": "text", "params_given": "boolean"})
+
+
+def _claim_new(
+    *,
+    job: registry.Job,
+    job_id: int,
+    slot: dt.datetime,
+    execution_date: dt.date,
+    trigger: str,
+    forced: bool,
+    celery_task_id: str,
+    worker: str,
+    pid: int | None,
+    lease_seconds: int,
+    given: dict[str, Any] | None = None,
+    params_given: bool = False,
+) -> Claim | None:
+    """One autocommit statement for a job that needs no slot or overlap check.
+
+    It locks the job's row (taking the fence) and inserts the RUNNING execution. It
+    returns None — and the caller takes the full path — when the job is paused, its row
+    is gone, or another claim inserted the same run number first.
+    """
+    with connection.cursor() as cursor:
+        statements.execute(cursor, _CLAIM_NEW, {
+            "job": job_id, "code": job.code, "name": job.name, "slot": slot, "date": execution_date,
+            "trigger": trigger, "forced": forced, "task_id": celery_task_id, "worker": worker, "pid": pid,
+            "lease": lease_seconds, "given": executions.as_jsonb(given), "params_given": params_given})
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    return Claim(outcome=S.RUNNING, execution_id=int(row[0]), run_number=int(row[1]),
+                 fence=int(row[2]), params=executions.loaded(row[3]))
+
+
+def _record_skip(
+    cursor: Any,
+    job: registry.Job,
+    job_id: int,
+    slot: dt.datetime,
+    execution_date: dt.date,
+    trigger: str,
+    execution_id: int | None,
+    reason: str,
+    celery_task_id: str,
+    worker: str,
+    pid: int | None,
+    *,
+    message: str,
+    given: dict[str, Any] | None = None,
+    params_given: bool = False,
+) -> Claim:
+    if execution_id is not None:
+        cursor.execute(
+            f"""
+            UPDATE {EXE} SET status = 'SKIPPED', skip_reason = %s, message = %s,
+                completed = true, ended = now(), worker = %s, pid = %s
+            WHERE id = %s RETURNING run_number
+            """,
+            [reason, message, worker, pid, execution_id],
+        )
+        run_number = cursor.fetchone()[0]
+    else:
+        execution_id, run_number = executions.insert(
+            cursor, job, job_id, slot, execution_date, trigger, status=S.SKIPPED,
+            skip_reason=reason, message=message, celery_task_id=celery_task_id,
+            worker=worker, pid=pid, given=given, params_given=params_given,
+        )
+    return Claim(outcome=S.SKIPPED, execution_id=execution_id, run_number=run_number,
+                 skip_reason=reason)
+
+
+def heartbeat(execution_id: int, fence: int, lease_seconds: int) -> bool:
+    """Extend the lease; False means this worker was fenced and must stop."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            UPDATE {EXE} SET lease_until = now() + make_interval(secs => %s)
+            WHERE id = %s AND fence = %s AND status = 'RUNNING'
+            """,
+            [lease_seconds, execution_id, fence],
+        )
+        return bool(cursor.rowcount == 1)
+
+
+def own_claim(execution_id: int, worker: str, pid: int) -> Claim | None:
+    """The claim this process made of ``execution_id`` and committed, though the answer was lost
+    with the connection: the row is RUNNING, by this worker and process, with a live lease."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT run_number, fence, retry_count, params FROM {EXE} WHERE id = %s AND status = 'RUNNING'"
+            " AND worker = %s AND pid = %s AND lease_until > now()",
+            [execution_id, worker, pid],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    return Claim(outcome=S.RUNNING, execution_id=execution_id, run_number=row[0], fence=row[1], retry_count=row[2],
+                 params=executions.loaded(row[3]))
+
+
+def set_checkin(execution_id: int, check_in_id: str) -> None:
+    """Keep the Sentry check-in id of an execution (sent at its first claim)."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"UPDATE {EXE} SET sentry_checkin_id = %s WHERE id = %s", [check_in_id, execution_id])
+
+
+def checkin_of(execution_id: int) -> str:
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT sentry_checkin_id FROM {EXE} WHERE id = %s", [execution_id])
+        row = cursor.fetchone()
+    return str(row[0]) if row else ""
+

@@ -1,0 +1,508 @@
+"""The path of one run: claim the slot, call the job with a ``Run``, record the outcome."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import datetime as dt
+import inspect
+import json
+import logging
+import math
+import os
+import re
+import threading
+import time
+import traceback as tb
+import types
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from celery.exceptions import SoftTimeLimitExceeded
+from django.db import DatabaseError, DataError, InterfaceError, OperationalError, connection, transaction
+
+from cron_celery import conf, enums, exceptions, schedules
+from cron_celery.decisions import claims, executions, finishes, jobs
+from cron_celery.declaring import params, registry
+from cron_celery.run import callers, identity, leases, limits, locks, outcomes, retries, shutdown
+
+logger = logging.getLogger(__name__)
+#: Marks the record of a run's outcome (``run_cron_task`` prints the outcome itself).
+OUTCOME = "cron_outcome"
+S = enums.Status
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Run:
+    """What a job receives: which slot it runs, and the tokens to run it safely.
+
+    ``fence`` grows with every claim of the job: pass it to your own downstream writes
+    (``UPDATE ... WHERE fence < %s``) so a stale run can never overwrite a newer one.
+    ``key`` is the idempotency key ``"{code}:{slot}"`` for external calls.
+    ``params`` (read-only) holds the values of the job's parameters this run was given, as their
+    annotated types, the defaults for the rest: what the body also receives as keyword arguments.
+    """
+
+    job: str
+    code: str
+    slot: dt.datetime
+    execution_date: dt.date
+    attempt: int
+    fence: int
+    key: str
+    execution_id: int
+    run_number: int
+    trigger: str
+    logger: logging.LoggerAdapter[logging.Logger]
+    cancelled: threading.Event
+    params: Mapping[str, Any] = dataclasses.field(default_factory=lambda: types.MappingProxyType({}))
+
+    def check(self) -> None:
+        """Call it between units of work: raises ``Interrupted`` when the worker is shutting
+        down (the run is tried again if attempts remain) and ``LeaseLost`` when another
+        worker took this run over."""
+        if self.cancelled.is_set():
+            if shutdown.requested.is_set():
+                raise exceptions.Interrupted(job=self.job)
+            raise exceptions.LeaseLost(job=self.job)
+
+    def shutdown_requested(self) -> bool:
+        """True once the worker began a warm shutdown (SIGTERM): stop early if you can."""
+        return shutdown.requested.is_set()
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Outcome:
+    """What happened to one call; ``status`` is a ``Status`` value, or ``DUPLICATE``/``FENCED``/``WAITING``."""
+
+    job: str
+    slot: dt.datetime
+    status: str
+    execution_id: int | None
+    run_number: int = 0
+    skip_reason: str = ""
+    message: str = ""
+    error_code: str = ""
+    result: Any = None
+    exc: BaseException | None = None
+    countdown: float | None = None  # RETRYING: seconds until the next attempt
+    frees_job: bool = False  # a run of the job ended, or a waiting one gave up: the next waiting one may start
+
+    @property
+    def ok(self) -> bool:
+        return self.status == S.SUCCEEDED
+
+
+FENCED = "FENCED"
+#: The execution waits for the job's live run (``claims.WAITING``); it is sent again when that run ends.
+WAITING = claims.WAITING
+#: Code points PostgreSQL cannot store in text: lone surrogates (how Python hands over bytes
+#: that are not UTF-8, e.g. ``os.fsdecode`` of a file name) cannot even be encoded to send.
+_SURROGATES = re.compile("[\ud800-\udfff]")
+#: A surrogate escaped by ``json.dumps`` (jsonb refuses it too).
+_ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _text(text: str) -> str:
+    """``text`` without what PostgreSQL cannot store: NUL and lone surrogates become U+FFFD."""
+    return _SURROGATES.sub("\ufffd", text.replace("\x00", "\ufffd"))
+
+
+def _clean(text: str, limit: int) -> str:
+    """Storable text (see ``_text``); long text is cut with a visible marker."""
+    text = _text(text)
+    if len(text) > limit:
+        cut = len(text) - limit
+        text = f"{text[:limit]}\n… [truncated {cut} characters]"
+    return text
+
+
+def _storable(value: Any) -> Any:
+    """``value`` with what JSON allows and jsonb refuses replaced: NaN and the infinities become
+    the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"``; lone surrogates in strings (and keys)
+    become U+FFFD. Anything else is left for ``json.dumps`` to accept or refuse."""
+    if isinstance(value, str):
+        return _SURROGATES.sub("\ufffd", value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {_storable(key) if isinstance(key, str | float) else key: _storable(item)
+                for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_storable(item) for item in value]
+    return value
+
+
+def _jsonable(value: Any) -> tuple[Any, str]:
+    """(value to store in ``result``, error message if it cannot be stored as JSON)."""
+    try:
+        try:
+            encoded = json.dumps(value, allow_nan=False)
+        except ValueError:  # NaN or an infinity: JSON's own encoder allows them, jsonb does not
+            value = _storable(value)
+            encoded = json.dumps(value, allow_nan=False)
+        else:
+            if _ESCAPED_SURROGATE.search(encoded):
+                value = _storable(value)
+                encoded = json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        preview = _clean(repr(value), 200)
+        return None, (
+            f"The job returned a value that is not JSON-serialisable "
+            f"({type(value).__name__}: {preview}); return str, int, float, bool, None, "
+            f"or lists and dicts of them. ({exc})"
+        )
+    limit = conf.settings.RESULT_MAX_CHARS
+    if len(encoded) > limit or "\\u0000" in encoded:
+        return {"truncated": True, "preview": _clean(encoded, limit)[:limit]}, ""
+    return value, ""
+
+
+def interpret(value: Any) -> tuple[str, str, str, Any]:
+    """(status, message, error_code, stored result) from a job's return value."""
+    stored, problem = _jsonable(value)
+    limit = conf.settings.MESSAGE_MAX_CHARS
+    if problem:
+        return S.FAILED, _clean(problem, limit), "NOT_JSON", None
+    if isinstance(value, dict) and "error" in value:
+        message = _clean(str(value.get("message", "")), limit)
+        code = _clean(str(value.get("error_code", "") or ""), 50)[:50]
+        if value.get("error"):
+            return S.FAILED, message, code or "JOB_ERROR", stored
+        return S.SUCCEEDED, message, code, stored
+    message = value if isinstance(value, str) else ""
+    return S.SUCCEEDED, _clean(message, limit), "", stored
+
+
+def describe_exception(exc: BaseException) -> tuple[str, str, str, str]:
+    """(status, message, error_code, traceback) for an exception raised by a job."""
+    settings = conf.settings
+    try:
+        text = str(exc)
+    except Exception:  # a broken __str__ must not hide the failure
+        text = "<unprintable exception>"
+    if isinstance(exc, exceptions.JobFailed):
+        label = text
+    else:
+        label = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    message = _clean(label, settings.MESSAGE_MAX_CHARS)
+    # Format the traceback from the frames, then the (possibly huge) message once, cut.
+    frames = "".join(tb.format_tb(exc.__traceback__))
+    trace = _clean(f"Traceback (most recent call last):\n{frames}{message}",
+                   settings.TRACEBACK_MAX_CHARS)
+    if isinstance(exc, SoftTimeLimitExceeded):
+        return S.TIMED_OUT, message, "TIME_LIMIT", trace
+    code = getattr(exc, "error_code", "") or type(exc).__name__
+    return S.FAILED, message, _clean(str(code), 50)[:50], trace
+
+
+#: The error code of an outcome that could not be stored as it was (see ``_record``).
+UNSTORABLE = "RESULT_NOT_STORABLE"
+
+
+def _record(job: registry.Job, claim: claims.Claim, slot: dt.datetime, *, countdown: float | None,
+            status: str, message: str, error_code: str, traceback: str,
+            result: Any, runtime: float | None = None) -> str | bool:
+    """Write the attempt's outcome: ``RETRYING`` if ``countdown`` is given and the job's row allows
+    another attempt, else the final outcome (True; False when fenced). Inside a transaction (an
+    in-process call in a test case's) it runs in a savepoint: a refused write leaves it usable."""
+    assert claim.execution_id is not None and claim.fence is not None
+    with transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext():
+        if countdown is not None and finishes.retry(
+                job_id=jobs.job_id(job), execution_id=claim.execution_id, fence=claim.fence, status=status,
+                message=message, error_code=error_code, traceback=traceback, countdown=countdown):
+            return S.RETRYING
+        return outcomes.finish(
+            job, jobs.job_id(job), claim.execution_id, slot, fence=claim.fence, status=status, message=message,
+            error_code=error_code, traceback=traceback, result=result,
+            history=claim.retry_count > 0,  # a first attempt has no history to close
+            runtime=runtime,
+        )
+
+
+T = TypeVar("T")
+
+
+#: How long a claim or a final write keeps trying to reach a database that went away (at least).
+RECONNECT_SECONDS = 60.0
+
+#: SQLSTATEs of a session the server ended: admin_shutdown, crash_shutdown, cannot_connect_now.
+_ENDED_SESSION = ("57P01", "57P02", "57P03")
+
+
+def _reconnected(error: Exception, deadline: float, pause: float) -> bool:
+    """After a failed statement outside any transaction: True when the connection itself was
+    lost (the server restarted, or ended this session: no SQLSTATE, class 08, or 57P01-03;
+    never a statement's own error such as a deadlock or a timeout) and there is time left to
+    try again. A broken connection is closed first, so the next statement opens a new one.
+    Inside a transaction (an in-process call in a test case's transaction) nothing is tried again."""
+    if connection.in_atomic_block:
+        return False
+    state = getattr(error.__cause__, "sqlstate", None)
+    if not (isinstance(error, InterfaceError) or state is None or state.startswith("08") or state in _ENDED_SESSION):
+        return False
+    with contextlib.suppress(Exception):
+        if not connection.is_usable():  # Django may already have opened a new one (leaving an atomic block)
+            connection.close()
+    if time.monotonic() + pause > deadline:
+        return False
+    time.sleep(pause)
+    return True
+
+
+def _reconnecting(write: Callable[[], T], what: str, extra: dict[str, object]) -> tuple[T, bool]:
+    """``write()``, tried again on a new connection while the database is unreachable, for up to
+    ``RECONNECT_SECONDS`` (a minute, or two leases when they are longer). Past the lease the
+    write is still worth trying: until the reconciler has ended the run, the fenced write lands
+    and nothing is lost; once it has (or another run of an exclusive job superseded this one),
+    the fence refuses it. Returns its value and whether it was tried more than once. Only for
+    statements that are safe to repeat: a claim of an existing execution and the fenced writes
+    (a repeat matches no row once the first one was committed)."""
+    deadline = time.monotonic() + max(RECONNECT_SECONDS, 2 * conf.settings.LEASE_SECONDS)
+    pause, retried = 0.2, False
+    while True:
+        try:
+            return write(), retried
+        except (OperationalError, InterfaceError) as error:
+            if not _reconnected(error, deadline, pause):
+                raise
+            logger.warning("lost the database while %s (%s); trying again on a new connection", what,
+                           str(error).strip()[:200], extra=extra)
+            pause, retried = min(2.0, pause * 2), True
+
+
+def call_job(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Call a job function (its parameters as keyword arguments: ``**run.params``); coroutine
+    functions are run to completion."""
+    value = func(*args, **kwargs)
+    if inspect.isawaitable(value):
+        async def _await() -> Any:
+            return await value
+
+        return asyncio.run(_await())
+    return value
+
+
+def _begin(
+    job: registry.Job, slot: dt.datetime, execution_date: dt.date, **options: Any
+) -> claims.Claim:
+    for refresh in (False, True):
+        try:
+            return claims.begin(job=job, job_id=jobs.job_id(job, refresh=refresh), slot=slot,
+                                execution_date=execution_date, worker=identity.WORKER, pid=os.getpid(),
+                                **options)
+        except claims.JobRowMissing:  # a flushed database: recreate the row once
+            if refresh:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _claim(job: registry.Job, slot: dt.datetime, execution_date: dt.date, execution_id: int | None,
+           extra: dict[str, object], **options: Any) -> claims.Claim:
+    """``_begin``, tried again on a new connection only for an existing execution: a claim that
+    inserts one (``delay()``, an in-process run) is not repeated, since its commit may have landed.
+    A repeated claim that finds the execution RUNNING by this very process (the first try committed,
+    its answer was lost) takes that claim as its own instead of calling it a duplicate."""
+    if execution_id is None:
+        return _begin(job, slot, execution_date, execution_id=None, **options)
+    claim, retried = _reconnecting(lambda: _begin(job, slot, execution_date, execution_id=execution_id, **options),
+                                   "claiming the run", extra)
+    if retried and claim.outcome == claims.DUPLICATE and claim.status_seen == S.RUNNING:
+        mine = claims.own_claim(execution_id, identity.WORKER, os.getpid())
+        if mine is not None:
+            return mine
+    return claim
+
+
+def execute(
+    job: registry.Job,
+    slot: dt.datetime,
+    call: Callable[[Run], Any],
+    *,
+    trigger: str,
+    execution_id: int | None = None,
+    force: bool = False,
+    rerun: bool = False,
+    celery_task_id: str = "",
+    allow_retry: bool = False,
+    given: Mapping[str, params.Json] | None = None,
+    params_given: bool = False,
+) -> Outcome:
+    """Run one slot of a job through the claim, the call and the fenced finish.
+
+    With ``allow_retry`` (a run on a worker) a failed attempt that the job's retry policy
+    retries ends as RETRYING (``Outcome.countdown`` says when); the caller sends it again.
+
+    The body runs with the parameter values on the execution's row, as the claim read them: for
+    a new execution, ``given`` (checked) over the job's scheduled ones; ``params_given`` makes it
+    a run with parameters a person gave (its own execution; see ``claims.begin``). A value that no
+    longer fits the job's parameters fails the run (``INVALID_PARAMS``), without calling the body.
+    """
+    callers.refuse_in_transaction(job.name)  # before anything is locked or written
+    tz = job.tzinfo
+    execution_date = schedules.execution_date(slot, tz)
+    lease = conf.settings.LEASE_SECONDS
+    extra: dict[str, object] = {"job": job.code, "slot": schedules.iso(slot),
+                                "execution": execution_id}
+    job_lock = locks.for_job(job)
+    lock_state = job_lock.acquire(extra) if job_lock is not None else ""
+    try:
+        claim = _claim(job, slot, execution_date, execution_id, extra, trigger=trigger, force=force, rerun=rerun,
+                       celery_task_id=celery_task_id, lease_seconds=lease, lock_busy=lock_state == locks.BUSY,
+                       given=dict(given) if given else None, params_given=params_given)
+    except BaseException:
+        if job_lock is not None:
+            job_lock.release()
+        raise
+    if not claim.claimed and job_lock is not None:
+        job_lock.release()
+        job_lock = None
+    extra["execution"] = claim.execution_id
+    if claim.outcome == claims.DUPLICATE and claim.status_seen == claims.CAPPED:
+        assert claim.execution_id is not None
+        outcomes.dead(job, job_id=jobs.job_id(job), execution_id=claim.execution_id, status=S.LOST,
+                      error_code="LEASE_EXPIRED", message="Its worker vanished on the last allowed attempt "
+                      "(the lease expired); not taken over.")
+        logger.warning("execution %s: its worker vanished on the last attempt; recorded LOST", claim.execution_id,
+                       extra=extra)
+        return Outcome(job=job.name, slot=slot, status=claims.DUPLICATE, execution_id=claim.execution_id,
+                       message=S.LOST)
+    if claim.outcome == claims.WAITING:
+        what = "the job to be resumed" if claim.skip_reason == enums.SkipReason.PAUSED \
+            else f"execution {claim.blocker} of the job to end"
+        logger.info("%s %s waits for %s (%s)", job.name, schedules.iso(slot), what, claim.skip_reason, extra=extra)
+        return Outcome(job=job.name, slot=slot, status=WAITING, execution_id=claim.execution_id,
+                       run_number=claim.run_number, skip_reason=claim.skip_reason, message=f"waiting for {what}")
+    if claim.outcome == claims.GIVE_UP:
+        assert claim.execution_id is not None
+        gave_up = outcomes.given_up(job, job_id=jobs.job_id(job), execution_id=claim.execution_id,
+                                    note="not retried: the job is paused")
+        if gave_up is None:
+            return Outcome(job=job.name, slot=slot, status=claims.DUPLICATE, execution_id=claim.execution_id,
+                           message="CHANGED")
+        logger.warning("%s %s %s: its job is paused, so it is not retried: %s", job.name, schedules.iso(slot),
+                       gave_up.status, gave_up.message[:200], extra=extra)
+        return Outcome(job=job.name, slot=slot, status=gave_up.status, execution_id=claim.execution_id,
+                       message=gave_up.message, error_code=gave_up.error_code, frees_job=True)
+    if claim.outcome == claims.DUPLICATE:
+        logger.info("execution %s already %s; this delivery does nothing",
+                    claim.execution_id, claim.status_seen, extra=extra)
+        return Outcome(job=job.name, slot=slot, status=claims.DUPLICATE,
+                       execution_id=claim.execution_id, message=claim.status_seen)
+    if not claim.claimed:
+        logger.info("%s %s skipped: %s", job.name, schedules.iso(slot), claim.skip_reason,
+                    extra=extra)
+        if claim.execution_id is not None:
+            outcomes.announce(job, jobs.job_id(job), claim.execution_id, slot, S.SKIPPED, claim.skip_reason,
+                              claims.SKIP_MESSAGES[claim.skip_reason])
+        return Outcome(job=job.name, slot=slot, status=S.SKIPPED,
+                       execution_id=claim.execution_id, run_number=claim.run_number,
+                       skip_reason=claim.skip_reason,
+                       message=claims.SKIP_MESSAGES[claim.skip_reason],
+                       # A skip for the pause: a forced execution waiting behind it may go now.
+                       frees_job=claim.skip_reason == enums.SkipReason.PAUSED and execution_id is not None)
+    assert claim.execution_id is not None and claim.fence is not None
+    cancelled = threading.Event()
+    # The values on the row the claim read (a retry, a redelivery, a resend: the same row, the same
+    # values), as the annotated types; a value that no longer fits fails the run below, uncalled.
+    unfit: exceptions.InvalidParams | None = None
+    try:
+        values = params.resolve(job.parameters, claim.params, job=job.name, tz=tz)
+    except exceptions.InvalidParams as wrong:
+        values, unfit = {}, wrong
+    run = Run(
+        job=job.name, code=job.code, slot=slot, execution_date=execution_date,
+        attempt=claim.retry_count + 1, fence=claim.fence, key=schedules.run_key(job.code, slot),
+        execution_id=claim.execution_id, run_number=claim.run_number, trigger=trigger,
+        logger=logging.LoggerAdapter(logging.getLogger(f"cron_celery.jobs.{job.name}"), extra),
+        cancelled=cancelled, params=types.MappingProxyType(values),
+    )
+    outcomes.started(job, claim.execution_id, slot, claim.retry_count + 1)
+    if not callers.in_test_transaction():  # there, no other session sees the row: nothing to renew, nobody to take it
+        leases.track(claim.execution_id, claim.fence, lease, cancelled, extra,
+                     job_lock if lock_state == locks.HELD else None)
+    if shutdown.requested.is_set():
+        cancelled.set()
+    error: BaseException | None = None
+    trace = ""
+    held = limits.NOT_HELD
+    try:
+        began = time.monotonic()
+        try:
+            if unfit is not None:
+                raise unfit
+            value = call(run)
+        finally:
+            runtime = time.monotonic() - began
+            # The body is over: from here until the outcome is written the soft time limit is
+            # held off (landing in the write it would roll it back, and the body would run again).
+            try:
+                held = limits.hold()
+            finally:
+                leases.untrack(claim.execution_id)
+    except BaseException as exc:  # recorded, then re-raised by the caller
+        error = exc
+        status, message, code, trace = describe_exception(exc)
+        stored = None
+    else:
+        status, message, code, stored = interpret(value)
+    countdown = retries.countdown(job, claim.retry_count) if (
+        allow_retry and retries.wanted(job, status, error, claim.retry_count)) else None
+    retried = False
+    try:
+        try:
+            written, retried = _reconnecting(
+                lambda: _record(job, claim, slot, countdown=countdown, status=status,
+                                message=message, error_code=code, traceback=trace, result=stored,
+                                runtime=runtime),
+                "recording the outcome", extra)
+        except (DataError, ValueError) as problem:  # the data, not the connection: record what can be
+            logger.exception("the outcome of execution %s (%s) cannot be stored; recording %s instead",
+                             claim.execution_id, status, UNSTORABLE, extra=extra)
+            message = _clean(f"The outcome ({status}: {message[:200]}) could not be stored: "
+                             f"{type(problem).__name__}: {str(problem)[:500]}", 1000)
+            status, code, trace, stored = S.FAILED, UNSTORABLE, "", None
+            written, retried = _reconnecting(
+                lambda: _record(job, claim, slot, countdown=countdown, status=status,
+                                message=message, error_code=code, traceback=trace, result=stored),
+                "recording the outcome", extra)
+        if retried and written is False:
+            # A commit whose answer was lost with the connection may have written it already.
+            written = finishes.written_by(claim.execution_id, claim.fence, status, retrying=countdown is not None)
+            if written is True:
+                outcomes.written(job, jobs.job_id(job), claim.execution_id, slot, fence=claim.fence, status=status,
+                                 error_code=code, message=message)
+    except DatabaseError:
+        logger.exception("could not record the outcome of execution %s", claim.execution_id,
+                         extra=extra)
+        raise
+    finally:
+        # Released only after the outcome is written, so nobody starts before it is.
+        if job_lock is not None:
+            job_lock.release()
+        limits.release(held, extra)
+    if written == S.RETRYING:
+        assert countdown is not None
+        logger.warning("%s %s attempt %d %s, retrying in %.1f s: %s", job.name, schedules.iso(slot),
+                       run.attempt, status, countdown, message[:200], extra=extra)
+        return Outcome(job=job.name, slot=slot, status=S.RETRYING, execution_id=claim.execution_id,
+                       run_number=claim.run_number, message=message, error_code=code,
+                       exc=error, countdown=countdown, frees_job=True)
+    if not written and executions.status_of(claim.execution_id) == S.REVOKED:
+        logger.warning("execution %s was revoked while it ran: its outcome (%s) is not recorded",
+                       claim.execution_id, status, extra=extra)
+        status = S.REVOKED
+    elif not written:
+        finishes.count_fenced(jobs.job_id(job))
+        logger.warning("execution %s was fenced: its outcome (%s) is not recorded",
+                       claim.execution_id, status, extra=extra)
+        status = FENCED
+    else:
+        level = logging.INFO if status == S.SUCCEEDED else logging.WARNING
+        if logger.isEnabledFor(level):  # most workers log successes at WARNING: nothing to build
+            logger.log(level, "%s %s %s: %s", job.name, extra["slot"], status, message[:200],
+                       extra={**extra, OUTCOME: True})
+    return Outcome(job=job.name, slot=slot, status=status, execution_id=claim.execution_id,
+                   run_number=claim.run_number, message=message, error_code=code,
+                   result=stored, exc=error, frees_job=True)
