@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import logging
+import traceback
+from pathlib import Path
 
 from django.apps import AppConfig
 
@@ -14,6 +16,18 @@ def quiet_loggers() -> None:
         found = logging.getLogger(name)
         if found.level == logging.NOTSET:
             found.setLevel(logging.WARNING)
+
+
+def refused_declaration(error: BaseException) -> str:
+    """What a process that cannot start says when a job is declared wrongly: the error in one line, and
+    where in the project's code the declaration is (the last frame outside cron_celery and Python's import
+    machinery), instead of a traceback through ``django.setup()``."""
+    package = str(Path(__file__).resolve().parent)
+    frames = [frame for frame in traceback.extract_tb(error.__traceback__)
+              if not frame.filename.startswith(package) and "importlib" not in frame.filename
+              and "/django/" not in frame.filename]
+    where = f"\n  in {frames[-1].filename}, line {frames[-1].lineno}: {frames[-1].line}" if frames else ""
+    return f"cron_celery: a job is declared wrongly, so this process does not start:\n  {error}{where}"
 
 
 class CronCeleryConfig(AppConfig):
@@ -35,8 +49,13 @@ class CronCeleryConfig(AppConfig):
         checks.connect()
         shutdown.connect()
         reconciler.connect()
-        # Declare every job now, so a duplicate name or code stops start-up at once.
-        registry.autodiscover()
+        # Declare every job now, so a duplicate name or code stops start-up at once, in a few lines.
+        from cron_celery import exceptions
+
+        try:
+            registry.autodiscover()
+        except (exceptions.ImproperlyDeclared, exceptions.DuplicateJob) as error:
+            raise SystemExit(refused_declaration(error)) from None
         from cron_celery import conf
         from cron_celery.reconciler import retention
 

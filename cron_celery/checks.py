@@ -17,7 +17,7 @@ from typing import Any
 
 from django.core import checks
 
-from cron_celery import check_errors, conf, enums
+from cron_celery import check_errors, conf, enums, spelling
 from cron_celery.web import tokens
 
 TAG = check_errors.TAG
@@ -49,12 +49,29 @@ def register() -> None:
     checks.register(check_dependencies, TAG)
 
 
+#: The documentation's pages a hint sends the reader to, by file name, with their titles.
+PAGES = {"configuration": "Configuration", "notifications": "Notifications", "operations": "Operations",
+         "concepts": "Concepts"}
+
+
+def see(page: str, anchor: str = "") -> str:
+    """Where a hint sends the reader: a page of the documentation by its title and file, which a
+    project that installed the wheel finds in cron_celery's source distribution (docs/) or the site."""
+    return (f"See “{PAGES[page]}” in cron_celery's documentation: docs/{page}.md{'#' + anchor if anchor else ''} "
+            "(in the source distribution and the repository, or the site built from them).")
+
+
+def _first_up(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     errors: list[checks.CheckMessage] = []
     for key in conf.unknown_keys():
         errors.append(checks.Error(
             f"CRON_CELERY has an unknown key {key!r}.",
-            hint=f"Known keys: {', '.join(sorted(conf.FIELDS))}. See docs/configuration.md.",
+            hint=f"{_first_up(spelling.suggestion(key, conf.FIELDS))}Known keys: {', '.join(sorted(conf.FIELDS))}. "
+                 + see("configuration"),
             id="cron_celery.E001",
         ))
     try:
@@ -100,7 +117,7 @@ def check_connection_reuse(app_configs: Any = None, **kwargs: Any) -> list[check
     return [checks.Warning(
         "CELERY_DB_REUSE_MAX is not set: Celery closes the database connection before and "
         "after every task, so each tracked run opens a new PostgreSQL connection.",
-        hint="Set CELERY_DB_REUSE_MAX = 1000 (see docs/configuration.md).",
+        hint="Set CELERY_DB_REUSE_MAX = 1000. " + see("configuration", "celery-and-database-settings-that-matter"),
         id="cron_celery.W001",
     )]
 
@@ -249,7 +266,7 @@ def check_notifications(app_configs: Any = None, **kwargs: Any) -> list[checks.C
     from cron_celery import alerts
 
     errors: list[checks.CheckMessage] = [
-        checks.Error(problem, hint="See docs/notifications.md.", id="cron_celery.E011") for problem in alerts.problems()
+        checks.Error(problem, hint=see("notifications"), id="cron_celery.E011") for problem in alerts.problems()
     ]
     for key in ("timeout", "max_attempts"):
         value = values.NOTIFICATIONS.get(key)
@@ -273,7 +290,7 @@ def check_operations(app_configs: Any = None, **kwargs: Any) -> list[checks.Chec
     errors: list[checks.CheckMessage] = []
 
     def error(text: str) -> None:
-        errors.append(checks.Error(text, hint="See docs/operations.md.", id="cron_celery.E013"))
+        errors.append(checks.Error(text, hint=see("operations"), id="cron_celery.E013"))
 
     if not isinstance(values.API_TOKEN, str):
         error(f"CRON_CELERY['API_TOKEN'] must be a string, not {type(values.API_TOKEN).__name__}.")
@@ -309,7 +326,7 @@ def check_tokens(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMes
         return []
     parsed = tokens.parse(values)
     found: list[checks.CheckMessage] = [
-        checks.Error(problem, hint="See docs/operations.md#tokens.", id="cron_celery.E014")
+        checks.Error(problem, hint=see("operations", "tokens"), id="cron_celery.E014")
         for problem in parsed.problems
     ]
     if parsed.legacy:
@@ -327,7 +344,7 @@ def check_groups(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMes
     from cron_celery.decisions import groups
     from cron_celery.declaring import registry
 
-    return [checks.Error(problem, hint="See docs/configuration.md#concurrency_groups.", id="cron_celery.E015")
+    return [checks.Error(problem, hint=see("configuration", "concurrency_groups"), id="cron_celery.E015")
             for problem in groups.problems(registry.all_jobs())]
 
 
@@ -337,5 +354,5 @@ def check_dependencies(app_configs: Any = None, **kwargs: Any) -> list[checks.Ch
     from cron_celery.decisions import dependencies
     from cron_celery.declaring import registry
 
-    return [checks.Error(problem, hint="See docs/concepts.md#dependencies-after.", id="cron_celery.E016")
+    return [checks.Error(problem, hint=see("concepts", "dependencies-after"), id="cron_celery.E016")
             for problem in dependencies.problems(registry.all_jobs())]

@@ -29,7 +29,15 @@ ROOT = Path(__file__).resolve().parent.parent
 _counter = itertools.count(1)
 
 
-@pytest.fixture(scope="session", autouse=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test but a pure one (``pytest.mark.pure``) needs Redis and the test database: it gets the
+    session's checks of both. A run of pure tests alone needs neither server."""
+    for item in items:
+        if item.get_closest_marker("pure") is None:
+            item.add_marker(pytest.mark.usefixtures("_redis_is_up", "_close_stray_connections"))
+
+
+@pytest.fixture(scope="session")
 def _redis_is_up() -> Iterator[None]:
     url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
     client = redis.Redis.from_url(url, socket_connect_timeout=3)
@@ -116,7 +124,7 @@ def _fresh_job_ids() -> Iterator[None]:
     job_rows._job_ids.clear()
 
 
-@pytest.fixture(scope="session", autouse=True)
+@pytest.fixture(scope="session")
 def _close_stray_connections(django_db_setup, django_db_blocker) -> Iterator[None]:
     """Worker threads and the lease thread keep their own connections to the test database;
     end them before pytest-django drops it (only sessions on our own test database)."""

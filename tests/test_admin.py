@@ -409,3 +409,20 @@ def test_with_an_estimated_count_below_the_jobs_the_last_jobs_are_still_on_a_das
     response = admin_client.get(f"{DASHBOARD}?p={last_page}")
     assert response.status_code == 200, response.get("Location")  # today: 302 to ?e=1
     assert "zz-late-000200" in response.content.decode()
+
+
+@pytest.mark.django_db
+def test_a_job_declared_after_others_shows_them_as_its_schedule(admin_client, declare):
+    """A job declared ``after=`` has no schedule of its own: the dashboard and its page say which jobs
+    it runs after, not "no schedule"; ``list_cron_tasks`` says so too (tests/test_commands.py)."""
+    from cron_celery.decisions import dependencies
+    from cron_celery.schedules import every
+
+    made = [declare("adm-extract", "ADX1", schedule=every(hours=1)), declare("adm-transform", "ADX2",
+            schedule=every(hours=1)), declare("adm-load", "ADX3", after=["adm-transform", "adm-extract"])]
+    dependencies.sync(made)
+    load = CronJob.objects.get(code="ADX3")
+    page = admin_client.get("/admin/cron_celery/cronjob/").content.decode()
+    assert 'schedule_text">after adm-extract, adm-transform<br>' in page  # its row's schedule cell
+    assert "after adm-extract, adm-transform <code>" in admin_client.get(
+        f"/admin/cron_celery/cronjob/{load.id}/change/").content.decode()

@@ -26,7 +26,8 @@ def test_a_clean_configuration_passes():
 @override_settings(CRON_CELERY={"LEASE_SECOND": 30})
 def test_an_unknown_key_is_an_error_naming_the_known_ones():
     (error,) = checks.check_settings()
-    assert error.id == "cron_celery.E001" and "'LEASE_SECOND'" in error.msg and "LEASE_SECONDS" in error.hint
+    assert error.id == "cron_celery.E001" and "'LEASE_SECOND'" in error.msg
+    assert error.hint.startswith("Did you mean 'LEASE_SECONDS'? Known keys: "), error.hint
 
 
 @override_settings(CRON_CELERY={"LEASE_SECONDS": 1, "MESSAGE_MAX_CHARS": "many", "CATCH_UP_LIMIT": 0})
@@ -146,3 +147,24 @@ def test_a_silenced_check_does_not_stop_a_worker():
         with override_settings(SILENCED_SYSTEM_CHECKS=["cron_celery.E007"]):
             check_errors.refuse_to_start("worker")  # returns: the operator chose to run with it
     check_errors.refuse_to_start("worker")  # the test settings are clean
+
+
+def test_every_hint_names_a_page_and_anchor_the_documentation_has():
+    """A hint sends a wheel's user to a page they can open: its title and its file in the docs that
+    travel with the source distribution, with an anchor the page has."""
+    import re
+
+    from tests.conftest import ROOT
+    from tests.test_docs import anchors as anchors_of
+
+    for page, title in checks.PAGES.items():
+        text = (ROOT / "docs" / f"{page}.md").read_text(encoding="utf-8")
+        assert text.startswith(f"# {title}"), (page, title)
+    source = (ROOT / "cron_celery" / "checks.py").read_text(encoding="utf-8")
+    for page, anchor in re.findall(r'see\("(\w+)"(?:, "([\w-]+)")?\)', source):
+        assert page in checks.PAGES, page
+        if anchor:
+            doc = ROOT / "docs" / f"{page}.md"
+            assert anchor in anchors_of(doc) or f'id="{anchor}"' in doc.read_text(encoding="utf-8"), (page, anchor)
+    assert "docs/" not in source.replace("docs/{page}", "").replace("(docs/)", "").replace(
+        "docs/reliability.md", ""), "a hint that names a docs/ path by hand"

@@ -169,3 +169,10 @@ def test_an_enqueue_that_cannot_reach_the_broker_fails_cleanly_and_frees_the_slo
     assert (row.status, row.error_code, row.completed) == (Status.FAILED, "PUBLISH_FAILED", True)
     # calc-commission reruns on failure: the slot is not blocked by the abandoned row.
     assert manage("run_cron_task", "calc-commission", "2026-11-29").returncode == 0
+
+
+def test_list_cron_tasks_shows_the_jobs_a_job_runs_after_as_its_schedule():
+    result = manage("list_cron_tasks", env=subprocess_env(CRON_TEST_DEPS="paused"))
+    assert result.returncode == 0, result.stderr
+    (line,) = [line for line in result.stdout.splitlines() if line.startswith("fan-in ")]
+    assert "after fan-a, fan-b" in line, line

@@ -85,10 +85,13 @@ def test_the_check_names_an_undeclared_upstream_and_upstreams_without_one_schedu
     declare("dep-hourly", "DH1", schedule=HOURLY)
     declare("dep-daily", "DH2", schedule="0 3 * * *")
     declare("dep-mixed", "DH3", after=["dep-hourly", "dep-daily"])
-    declare("dep-orphan", "DH4", after=["dep-nowhere"])
+    declare("dep-orphan", "DH4", after=["nowhere-at-all"])
     declare("dep-fine", "DH5", after=["dep-hourly"])
+    declare("dep-typo", "DH6", after=["dep-hourlly"])
     found = [(e.id, e.msg) for e in checks.check_dependencies()]
-    assert ("cron_celery.E016", "Job 'dep-orphan' runs after 'dep-nowhere', which is not declared.") in found
+    assert ("cron_celery.E016", "Job 'dep-orphan' runs after 'nowhere-at-all', which is not declared.") in found
+    assert ("cron_celery.E016", "Job 'dep-typo' runs after 'dep-hourlly', which is not declared: "
+                                "did you mean 'dep-hourly'? (for 'dep-hourlly').") in found
     mixed = [msg for _id, msg in found if msg.startswith("Job 'dep-mixed'")]
     assert mixed == ["Job 'dep-mixed': its upstream jobs must share one schedule, and they do not "
                      "(dep-daily: 0 3 * * * (UTC); dep-hourly: every 3600s (UTC))."]

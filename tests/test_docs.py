@@ -15,6 +15,8 @@ import pytest
 from cron_celery import conf
 from tests.conftest import ROOT
 
+pytestmark = pytest.mark.pure  # needs neither PostgreSQL nor Redis
+
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
 IMAGE = re.compile(r"!\[[^\]]*\]\(([^)\s]+)\)")
@@ -181,3 +183,15 @@ def test_the_index_lists_the_pages_in_the_sites_order():
                         re.MULTILINE)
     assert listed == [page for page in nav if page != "index.md"], listed
     assert sorted(nav) == sorted(path.name for path in (ROOT / "docs").glob("*.md")), nav
+
+
+def test_the_quickstart_names_every_action_of_the_jobs_dashboard():
+    from django.contrib import admin as django_admin
+
+    from cron_celery.models import CronJob
+
+    page = (ROOT / "docs" / "quickstart.md").read_text(encoding="utf-8")
+    dashboard = django_admin.site._registry[CronJob]
+    for name in map(str, dashboard.actions or ()):
+        shown = getattr(dashboard, name).short_description.split(" (")[0]
+        assert f"*{shown}*" in " ".join(page.split()), shown

@@ -12,6 +12,8 @@ import pytest
 
 from cron_celery import exceptions
 
+pytestmark = pytest.mark.pure  # needs neither PostgreSQL nor Redis
+
 CLASSES = sorted((cls for _, cls in inspect.getmembers(exceptions, inspect.isclass)
                   if issubclass(cls, exceptions.CronCeleryError)), key=lambda cls: cls.__name__)
 

@@ -15,7 +15,7 @@ touches either table:
 
 The rules are read from each file's syntax tree and from the SQL Django sends for it (what ``manage.py
 sqlmigrate`` prints), not from its prose. They hold for the migrations written under them, not for the
-older ones (0012 and 0013 read the whole execution table in one transaction; see docs/migrating.md).
+older ones, which were folded into the initial migration (docs/migrating.md).
 """
 
 from __future__ import annotations

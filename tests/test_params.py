@@ -19,6 +19,8 @@ from cron_celery import TrackedTask, cron_task, exceptions, register_task
 from cron_celery.declaring import params, registry
 from cron_celery.run.runs import Run
 
+pytestmark = pytest.mark.pure  # needs neither PostgreSQL nor Redis
+
 AMSTERDAM = zoneinfo.ZoneInfo("Europe/Amsterdam")
 
 
@@ -169,6 +171,12 @@ def test_a_pair_needs_a_name_and_an_equals_sign():
     for bad in ("region", "=us", ""):
         with pytest.raises(ValueError, match="expected NAME=VALUE"):
             params.parse_pair(bad)
+
+
+def test_an_unknown_name_close_to_a_declared_one_is_suggested():
+    suggested = r"unknown parameter 'regoin' \(did you mean 'region'\? it accepts"
+    with pytest.raises(exceptions.InvalidParams, match=suggested):
+        params.from_text(REPORT, [("regoin", "us")], job="report")
 
 
 def test_unknown_names_are_all_named_and_a_job_without_parameters_says_so():

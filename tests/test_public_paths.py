@@ -84,3 +84,18 @@ def test_every_command_answers_help(command):
     done = manage(command, "--help")
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("usage: ") and f" {command} " in done.stdout.splitlines()[0], done.stdout[:300]
+
+
+def test_a_pure_test_file_runs_alone_without_postgresql_or_redis(tmp_path):
+    """The README's one-file command: plain pytest on a pure file, with both servers out of reach."""
+    import subprocess
+    import sys
+
+    from tests.conftest import subprocess_env
+
+    env = subprocess_env(DATABASE_URL="postgres://nobody@127.0.0.1:1/none", REDIS_URL="redis://127.0.0.1:1/0")
+    done = subprocess.run([sys.executable, "-m", "pytest", "tests/test_schedules.py", "-q", "-p", "no:cacheprovider",
+                           f"--basetemp={tmp_path}"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert " passed" in done.stdout.splitlines()[-1] and "error" not in done.stdout.splitlines()[-1]

@@ -172,6 +172,13 @@ def test_the_settings_snippet_configures_what_cron_celery_needs(monkeypatch):
     assert problems == [], [f"{problem.id}: {problem.msg}" for problem in problems]
 
 
+def test_the_settings_snippet_without_the_token_stops_with_one_line_saying_what_to_run(monkeypatch):
+    monkeypatch.delenv("CRON_TOKEN", raising=False)
+    with pytest.raises(SystemExit) as stopped:
+        exec(compile(snippet("settings"), "quickstart:settings", "exec"), {"INSTALLED_APPS": []})
+    assert stopped.value.code == 'CRON_TOKEN is not set: run  export CRON_TOKEN="$(cat .cron_token)"'
+
+
 # --- the page, followed -----------------------------------------------------------------------
 
 def _superuser_sql(statement: str) -> None:

@@ -240,3 +240,19 @@ def test_cron_tasks_docstring_lists_every_option_it_takes():
     taken = ((set(tasks_module.DECLARATION_OPTIONS) - {"execution_pattern"}) | {"task_name"}
              | set(tasks_module.JOB_OPTIONS))
     assert names == taken, (sorted(taken - names), sorted(names - taken))
+
+
+def test_a_misspelt_option_stops_django_in_three_lines_naming_the_fix_and_the_line():
+    """The newcomer's typo (max_retry= for max_retries=) in a tasks module: ``manage.py`` (and so a
+    worker or beat, which start Django the same way) stops with the error and where it is, not a
+    traceback through django.setup()."""
+    from tests.conftest import manage, subprocess_env
+
+    done = manage("check", env=subprocess_env(CRON_TEST_MISSPELT="1"))
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert "Traceback" not in done.stderr and len(lines) == 3, done.stderr
+    assert lines[0] == "cron_celery: a job is declared wrongly, so this process does not start:"
+    assert "Job 'misspelt' is declared incorrectly: max_retry= is neither" in lines[1]
+    assert "(did you mean max_retries=?)" in lines[1]
+    assert lines[2].startswith("  in ") and "tests/jobsapp/tasks.py, line " in lines[2] and "max_retry=2" in lines[2]

@@ -24,6 +24,8 @@ from cron_celery.schedules import (
     weekly,
 )
 
+pytestmark = pytest.mark.pure  # needs neither PostgreSQL nor Redis
+
 UTC = dt.UTC
 
 

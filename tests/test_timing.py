@@ -18,7 +18,7 @@ from django.db import connection
 from django.test import override_settings
 
 from cron_celery import alerts, checks, reconciler
-from cron_celery.alerts import sentry
+from cron_celery.alerts import sentry, timing_texts
 from cron_celery.decisions import dispatch, timing
 from cron_celery.decisions import jobs as job_rows
 from cron_celery.declaring import registry
@@ -180,7 +180,7 @@ def test_what_is_watched_and_when_each_was_due(declare):
     # Each alert keeps what it was decided on: when the run was due.
     (fact,) = Alert.objects.filter(execution_id=rows[Trigger.BEAT]).values_list("facts", flat=True)
     assert dt.datetime.fromisoformat(fact["due"]) == CronExecution.objects.get(id=rows[Trigger.BEAT]).created_at
-    story = alerts.timing_story(Event.LATE, CronExecution.objects.get(id=one_off.execution_id))
+    story = timing_texts.story(Event.LATE, CronExecution.objects.get(id=one_off.execution_id))
     assert story.endswith("no beat has sent this one-off run (is a beat running?).")
 
 
@@ -311,11 +311,14 @@ def test_each_timing_alert_says_what_was_late_or_long_to_a_real_webhook(declare)
     assert set(bodies) == {"LATE", "LONG_RUNNING", "TOO_FAST"}
     assert (bodies["LATE"]["execution_id"], bodies["LATE"]["status"], bodies["LATE"]["error_code"]) == (
         late, "PENDING", "LATE")
-    assert bodies["LATE"]["error"].startswith("Not started 1 min after it was due (")
+    # the time it had waited or run when the reconciler found it, beside the bound (90 s and 700 s ago)
+    assert re.match(r"Not started 1 min 3\d s after it was due \(.*; found at .*; start_deadline 60 s\)",
+                    bodies["LATE"]["error"]), bodies["LATE"]["error"]
     assert "start_deadline 60 s): no worker has taken its message" in bodies["LATE"]["error"]
     assert (bodies["LONG_RUNNING"]["execution_id"], bodies["LONG_RUNNING"]["status"]) == (long, "RUNNING")
-    assert bodies["LONG_RUNNING"]["error"].startswith("Still running 10 min after its attempt started at ")
-    assert "(max_runtime 600 s), on w1@host (pid 4242). It is not stopped" in bodies["LONG_RUNNING"]["error"]
+    assert re.match(r"Still running 11 min 4\d s after its attempt started at .* \(found at .*; max_runtime 600 s\), "
+                    r"on w1@host \(pid 4242\)\. It is not stopped", bodies["LONG_RUNNING"]["error"]), \
+        bodies["LONG_RUNNING"]["error"]
     assert bodies["TOO_FAST"]["execution_id"] == quick.execution_id
     assert bodies["TOO_FAST"]["error"].startswith("Succeeded faster than its min_runtime of 5 s (its body took 0.")
 
@@ -327,13 +330,13 @@ def test_a_late_run_waiting_for_the_live_one_says_so_and_one_that_started_says_w
     due = SLOT
     waiting = CronExecution(job=job, status=Status.PENDING, due_at=due, created_at=due, waiting_since=due,
                             message="Waiting for execution 41 of the job to end (overlap skip).\nmore")
-    assert alerts.timing_story(Event.LATE, waiting).endswith(
+    assert timing_texts.story(Event.LATE, waiting).endswith(
         "it waits for room to run: Waiting for execution 41 of the job to end (overlap skip).")
     started = CronExecution(job=job, status=Status.RUNNING, due_at=due, created_at=due,
                             started=due + dt.timedelta(minutes=4, seconds=10))
-    assert alerts.timing_story(Event.LATE, started).endswith(
+    assert timing_texts.story(Event.LATE, started).endswith(
         "It started at 2026-11-29 01:04:10 UTC, 4 min 10 s after it was due.")
-    assert [alerts._seconds(value) for value in (0.421, 48, 250, 7500, 600, 7200)] == [
+    assert [timing_texts._seconds(value) for value in (0.421, 48, 250, 7500, 600, 7200)] == [
         "0.42 s", "48 s", "4 min 10 s", "2 h 5 min", "10 min", "2 h"]
 
 
@@ -408,8 +411,7 @@ def test_a_mark_and_a_final_write_of_the_same_job_wait_for_each_other_and_never_
                 flagged = timing.mark_long_running(100)
                 marked.set()
                 time.sleep(1.0)  # the worker's final write comes now
-                alerts.record_timing([(f.execution_id, f.job_id, f.task_name, f.since) for f in flagged],
-                                     Event.LONG_RUNNING)
+                alerts.record_timing(flagged, Event.LONG_RUNNING)
             results["reconciler"] = [f.execution_id for f in flagged]
         except Exception as error:  # reported by the assertion
             results["reconciler"] = repr(error)

@@ -231,7 +231,7 @@ class CronJobAdmin(ReadOnly):
         """The schedule in effect, and — when the admin's edit differs from the code — what the code
         declares, with the warning of when a deploy replaces the edit."""
         zone = job.schedule_timezone or job.timezone
-        shown = format_html("{} <code>{}</code> ({})", dashboard.describe(job.schedule), job.schedule or "—", zone)
+        shown = format_html("{} <code>{}</code> ({})", dashboard.schedule_words(job), job.schedule or "—", zone)
         if job.periodic_task_id:
             url = reverse("admin:django_celery_beat_periodictask_change", args=[job.periodic_task_id])
             shown = format_html('{} — <a href="{}">edit it in its periodic task</a>', shown, url)
@@ -285,7 +285,8 @@ class CronJobAdmin(ReadOnly):
     actions = ("run_now", "run_with_params", "schedule_one_off", "pause", "resume", "backfill_range")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[models.CronJob]:
-        queryset = super().get_queryset(request).select_related("periodic_task")
+        queryset = super().get_queryset(request).select_related("periodic_task").prefetch_related(
+            "upstream_edges__upstream")
         return dashboard.with_figures(queryset) if request.resolver_match and \
             request.resolver_match.url_name == "cron_celery_cronjob_changelist" else queryset
 
@@ -342,7 +343,7 @@ class CronJobAdmin(ReadOnly):
 
     @admin.display(description="schedule")
     def schedule_text(self, job: models.CronJob) -> SafeString:
-        words = dashboard.describe(job.schedule)
+        words = dashboard.schedule_words(job)
         problem = dashboard.schedule_problem(job)  # an edit that could not be applied, and why
         zone = format_html('<br><small class="cron-quiet">{}</small>', job.schedule_timezone or job.timezone)
         if job.periodic_task_id:

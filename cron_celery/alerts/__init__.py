@@ -38,7 +38,8 @@ from django.db import connection, transaction
 from django.utils.module_loading import import_string
 
 from cron_celery import conf, enums, exceptions, models
-from cron_celery.alerts import too_fast_incidents
+from cron_celery.alerts import timing_texts, too_fast_incidents
+from cron_celery.decisions import timing
 from cron_celery.declaring import params, registry
 from cron_celery.notifiers import sentry as notifiers_sentry
 from cron_celery.notifiers.base import Channel, Message, delivery_id
@@ -259,15 +260,14 @@ def _write(execution_ids: list[int], job_ids: list[int], event: str, channels: l
     return ids
 
 
-def record_timing(flagged: list[tuple[int, int, str, dt.datetime]], event: str) -> tuple[int, ...]:
-    """The LATE or LONG_RUNNING alert rows of executions the reconciler just marked ((execution id,
-    job row id, task name, since) each: since = when it was due, or when its attempt started): one
-    per failure channel of each job. Call it in the transaction of the mark (``timing``), so a pass
-    killed between the two writes leaves neither."""
+def record_timing(flagged: list[timing.Flagged], event: str) -> tuple[int, ...]:
+    """The LATE or LONG_RUNNING alert rows of executions the reconciler just marked: one per failure
+    channel of each job, with when it was due (or its attempt started) and when it was found so. Call
+    it in the transaction of the mark (``timing``), so a pass killed between the two writes leaves
+    neither."""
     key = "due" if event == E.LATE else "started"
-    rows = [(execution_id, job_id, name, {key: since.isoformat()})
-            for execution_id, job_id, task_name, since in flagged
-            for name in _deliverable(registry.by_task_name(task_name), event)]
+    rows = [(found.execution_id, found.job_id, name, {key: found.since.isoformat(), "found": found.found.isoformat()})
+            for found in flagged for name in _deliverable(registry.by_task_name(found.task_name), event)]
     return _write([row[0] for row in rows], [row[1] for row in rows], event, [row[2] for row in rows],
                   [row[3] for row in rows])
 
@@ -348,7 +348,7 @@ def message_for(alert: models.Alert) -> Message:
     if alert.event == E.UPSTREAM:
         error_code, error = enums.SkipReason.UPSTREAM.value, _upstream_story(execution)
     elif alert.event in TIMING_EVENTS:
-        error_code, error = alert.event, timing_story(alert.event, execution, alert.facts)
+        error_code, error = alert.event, timing_texts.story(alert.event, execution, alert.facts)
     return Message(
         event=alert.event, job=execution.task_name, code=execution.task_code, slot=execution.slot,
         execution_date=execution.execution_date, execution_id=execution.id, run_number=execution.run_number,
@@ -380,75 +380,6 @@ PARAMS_CHARS = 500
 
 #: The events of a run's timing (not of its outcome): their message says what was late or long.
 TIMING_EVENTS = frozenset({E.LATE, E.LONG_RUNNING, E.TOO_FAST, E.TOO_FAST_RECOVERED})
-
-
-def _seconds(value: float) -> str:
-    """A duration as people read it: "0.42 s", "48 s", "4 min 10 s", "2 h 5 min"."""
-    if value < 10:
-        return f"{value:.2f} s"
-    whole = round(value)
-    hours, rest = divmod(whole, 3600)
-    minutes, seconds = divmod(rest, 60)
-    if hours:
-        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
-    if minutes:
-        return f"{minutes} min {seconds} s" if seconds else f"{minutes} min"
-    return f"{seconds} s"
-
-
-def _utc(moment: dt.datetime) -> str:
-    return moment.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def _fact_time(facts: dict[str, Any], key: str, fallback: dt.datetime | None) -> dt.datetime | None:
-    value = facts.get(key)
-    if isinstance(value, str):
-        try:
-            return dt.datetime.fromisoformat(value)
-        except ValueError:
-            pass
-    return fallback
-
-
-def timing_story(event: str, execution: models.CronExecution, facts: dict[str, Any] | None = None) -> str:
-    """What a LATE, LONG_RUNNING or TOO_FAST alert says: what it was decided on (the alert's
-    ``facts``: when the run was due, when its attempt started, how long its body took), and what
-    the execution and its job's row say when it is delivered (a late run that started meanwhile
-    says when)."""
-    job, facts = execution.job, facts or {}
-    if event == E.LATE:
-        due = _fact_time(facts, "due", execution.due_at or execution.created_at)
-        assert due is not None
-        said = (f"Not started {_seconds(job.start_deadline or 0)} after it was due ({_utc(due)}; "
-                f"start_deadline {job.start_deadline or 0:g} s): ")
-        if execution.trigger == enums.Trigger.ONE_OFF and not execution.celery_task_id:
-            said += "no beat has sent this one-off run (is a beat running?)."
-        elif execution.waiting_since is not None:
-            note = (execution.message.strip().splitlines() or [""])[0]
-            said += "it waits for room to run" + (f": {note}" if note else " (overlap or concurrency limit).")
-        else:
-            said += "no worker has taken its message (the queue is backed up, or no worker consumes its queue)."
-        if execution.started is not None:
-            waited = (execution.started - due).total_seconds()
-            said += f" It started at {_utc(execution.started)}, {_seconds(waited)} after it was due."
-        return said
-    if event == E.LONG_RUNNING:
-        began = _fact_time(facts, "started", execution.started)
-        assert began is not None
-        said = (f"Still running {_seconds(job.max_runtime or 0)} after its attempt started at {_utc(began)} "
-                f"(max_runtime {job.max_runtime or 0:g} s), on {execution.worker or 'a worker'}"
-                + (f" (pid {execution.pid})" if execution.pid else "") + ". It is not stopped (time_limit does that).")
-        if execution.ended is not None:
-            said += f" It ended {execution.status} at {_utc(execution.ended)}."
-        return said
-    took = facts.get("runtime")
-    if event == E.TOO_FAST_RECOVERED:
-        return (f"Took at least its min_runtime of {job.min_runtime or 0:g} s again"
-                + (f" (its body took {_seconds(float(took))})" if isinstance(took, int | float) else "") + ".")
-    return ("Succeeded faster than its min_runtime of " f"{job.min_runtime or 0:g} s"
-            + (f" (its body took {_seconds(float(took))})" if isinstance(took, int | float) else "")
-            + ": did it do its work? A job that finds nothing to do returns quickly; so does one that "
-              "silently skips it.")
 
 
 def upstream_failure(execution: models.CronExecution, hops: int = 50) -> models.CronExecution | None:

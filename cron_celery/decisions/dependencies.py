@@ -38,7 +38,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.db.models import Q
 
-from cron_celery import enums, models
+from cron_celery import enums, models, spelling
 from cron_celery.decisions import executions, jobs
 from cron_celery.declaring import registry
 
@@ -206,8 +206,10 @@ def problems(declared: list[registry.Job]) -> list[str]:
     for job in declared:
         missing = [name for name in job.after if name not in by_name]
         if missing:
+            meant = "; ".join(f"{spelling.suggestion(name, by_name).strip()} (for {name!r})"
+                              for name in missing if spelling.closest(name, by_name))
             found.append(f"Job {job.name!r} runs after {', '.join(map(repr, missing))}, which "
-                         f"{'is' if len(missing) == 1 else 'are'} not declared.")
+                         f"{'is' if len(missing) == 1 else 'are'} not declared" + (f": {meant}" if meant else "") + ".")
             continue
         roots = schedules_of(job, by_name)
         if len(roots) > 1:

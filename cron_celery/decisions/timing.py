@@ -57,6 +57,7 @@ class Flagged:
     job_id: int
     task_name: str
     since: dt.datetime  # when it was due (late) or started (running too long)
+    found: dt.datetime  # when it was found so (the database's clock): the time it had waited or run then
 
 
 def _mark(column: str, status: str, since: str, bound: str, batch: int, only: str = "true") -> list[Flagged]:
@@ -84,12 +85,12 @@ def _mark(column: str, status: str, since: str, bound: str, batch: int, only: st
             )
             UPDATE {EXE} AS e SET {column} = true FROM found, {JOB} AS job
             WHERE e.id = found.id AND job.id = e.job_id AND e.status = %(status)s AND NOT e.{column}
-            RETURNING e.id, e.job_id, job.task, found.since
+            RETURNING e.id, e.job_id, job.task, found.since, now()
             """,
             {"status": status, "batch": batch, "held": held},
         )
         rows = cursor.fetchall()
-    return [Flagged(execution_id=int(row[0]), job_id=int(row[1]), task_name=str(row[2]), since=row[3])
+    return [Flagged(execution_id=int(row[0]), job_id=int(row[1]), task_name=str(row[2]), since=row[3], found=row[4])
             for row in rows]
 
 

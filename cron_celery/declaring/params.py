@@ -28,7 +28,7 @@ import typing
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from cron_celery import exceptions
+from cron_celery import exceptions, spelling
 from cron_celery.declaring import storable
 
 #: What a stored value is: JSON (a date or a datetime as its ISO string).
@@ -312,7 +312,8 @@ def _named(params: Iterable[Param], names: Iterable[str], job: str) -> dict[str,
         accepted = f"it accepts {', '.join(declared)}" if declared else "it declares no parameters"
         said = ", ".join(repr(name) for name in unknown)
         raise exceptions.InvalidParams(
-            f"unknown parameter{'s' if len(unknown) > 1 else ''} {said} ({accepted}).", job=job, field=unknown[0])
+            f"unknown parameter{'s' if len(unknown) > 1 else ''} {said} "
+            f"({spelling.suggestion(unknown[0], declared)}{accepted}).", job=job, field=unknown[0])
     return declared
 
 

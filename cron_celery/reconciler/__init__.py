@@ -170,8 +170,7 @@ def _timing(report: Report, batch: int) -> None:
         try:
             with transaction.atomic():
                 flagged = mark(batch)
-                alerts.record_timing([(found.execution_id, found.job_id, found.task_name, found.since)
-                                      for found in flagged], event)
+                alerts.record_timing(flagged, event)
         except DatabaseError:
             logger.exception("cron_celery reconciler: the %s check failed; the next pass tries again", event)
             continue

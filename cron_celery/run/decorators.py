@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import difflib
 import functools
 import inspect
 from collections.abc import Callable
@@ -12,7 +11,7 @@ from typing import Any, TypeVar, overload
 import celery
 from celery import shared_task
 
-from cron_celery import exceptions
+from cron_celery import exceptions, spelling
 from cron_celery.declaring import params, registry
 from cron_celery.run import runs
 from cron_celery.run.tasks import TrackedTask
@@ -75,8 +74,8 @@ def _split_options(job: str, options: dict[str, Any]) -> tuple[dict[str, Any], d
     if unknown:
         key = unknown[0]
         # cron_task's execution_pattern= (register_task's name for it) reaches here: it means pattern=.
-        close = [key] if key in MEANT else difflib.get_close_matches(
-            key, sorted(known | set(DECLARATION_OPTIONS) | set(MEANT)), n=1, cutoff=0.6)
+        near = key if key in MEANT else spelling.closest(key, known | set(DECLARATION_OPTIONS) | set(MEANT))
+        close = [near] if near else []
         hint = f"did you mean {MEANT.get(close[0], close[0])}=?" if close else \
             f"the job options are {', '.join(DECLARATION_OPTIONS + JOB_OPTIONS)}, besides Celery's task options"
         raise exceptions.ImproperlyDeclared(

@@ -210,6 +210,16 @@ def chart(recent: list[list[Any]] | None) -> SafeString:
 DAYS = ["Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday"]
 
 
+def schedule_words(job: models.CronJob) -> str:
+    """The job's schedule in words; for a job declared with ``after=`` (no schedule of its own), the
+    jobs it runs after: "after extract, transform" (its upstream edges, prefetched by the admin)."""
+    if not job.schedule:
+        upstreams = sorted(edge.upstream.name for edge in job.upstream_edges.all())
+        if upstreams:
+            return f"after {', '.join(upstreams)}"
+    return describe(job.schedule)
+
+
 def describe(expression: str) -> str:
     """A schedule in words: "every 5 minutes", "every day at 06:00", "Mondays at 09:30"..."""
     if not expression:

@@ -258,3 +258,9 @@ if os.environ.get("CRON_TEST_TIMING") == "1":
         mark(run, "overruns")
         time.sleep(6)
         return "finished, late"
+
+
+if os.environ.get("CRON_TEST_MISSPELT") == "1":  # a newcomer's typo: max_retry= for max_retries=
+    @cron_task(name="misspelt", code="T199", schedule="*/5 * * * *", max_retry=2)  # type: ignore[misc]
+    def misspelt(run: Run) -> str:
+        return "never declared"

@@ -72,6 +72,8 @@ class Command(BaseCommand):
             slot, status = latest.get(job.code, (None, "never run"))
             state = rows_by_code.get(job.code)
             schedule = job.schedule.expression if job.schedule else "-"
+            if job.after:  # no schedule of its own: it runs each slot after these jobs
+                schedule = f"after {', '.join(job.after)}"
             upcoming = job.next_slot(now)
             if state is not None and state.schedule:  # the schedule in effect (it may be edited in the admin)
                 schedule, upcoming = state.schedule, state.next_run_at

@@ -40,7 +40,8 @@ class Command(BaseCommand):
         parser.add_argument("--check", action="store_true", help="fail unless the demo went as it should")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        self.section("Beats (their heartbeats)")
+        # The demo has stopped both beats by now, and a beat that stops gives up the lead: LEADING is no.
+        self.section("Beats (their heartbeats; both stopped now, so neither leads)")
         beats = BeatHeartbeat.objects.order_by("started_at")
         rows: list[tuple[str, ...]] = [("BEAT (host:pid)", "STARTED", "LAST SEEN", "LEADING")]
         rows += [(b.identity, f"{b.started_at:%H:%M:%S}", f"{b.seen_at:%H:%M:%S}", "yes" if b.leading else "no")
