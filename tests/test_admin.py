@@ -69,7 +69,7 @@ def test_the_dashboard_shows_each_jobs_health_in_a_bounded_number_of_queries(adm
 
 
 def test_with_many_jobs_the_history_lists_only_the_job_chosen_in_its_filter(admin_client, monkeypatch):
-    from cron_celery import admin as cron_admin
+    from cron_celery.admin import base as cron_admin
 
     schedule_sync.sync()
     chosen, other = job_rows.job_id(jobs.tick_2s.job), job_rows.job_id(jobs.nightly_report.job)
@@ -88,7 +88,6 @@ def test_with_many_jobs_the_history_lists_only_the_job_chosen_in_its_filter(admi
 
 
 def test_the_dashboard_counts_its_jobs_once_and_exactly_while_they_are_few(admin_client):
-    from cron_celery import admin as cron_admin
 
     schedule_sync.sync()
     with CaptureQueriesContext(connection) as queries:
@@ -96,7 +95,11 @@ def test_the_dashboard_counts_its_jobs_once_and_exactly_while_they_are_few(admin
     counts = [query["sql"] for query in queries.captured_queries if '"__count"' in query["sql"]]
     assert len(counts) == 1  # no second count of every job for "(N total)"
     jobs_count = CronJob.objects.count()
-    page_admin = cron_admin.CronJobAdmin(CronJob, cron_admin.admin.site)
+    from django.contrib import admin as django_admin
+
+    from cron_celery.admin.jobs import CronJobAdmin
+
+    page_admin = CronJobAdmin(CronJob, django_admin.site)
     listed = page_admin.get_paginator(RequestFactory().get(DASHBOARD), CronJob.objects.all(), 50)
     assert listed.count == jobs_count  # few rows: counted exactly, not estimated
 

@@ -442,7 +442,7 @@ def test_the_audit_log_lists_filters_and_exports_the_changes(admin_client, decla
     ids = list(ScheduleChange.objects.filter(job_id=job.id).values_list("id", flat=True))
     exported = admin_client.post(CHANGES, {"action": "export_csv", "_selected_action": ids})
     rows = list(csv.reader(io.StringIO(b"".join(exported.streaming_content).decode())))
-    assert rows[0] == list(admin_module().SCHEDULE_CHANGE_CSV) and len(rows) == 1 + len(ids)
+    assert rows[0] == list(admin_module().csv_export.SCHEDULE_CHANGE_CSV) and len(rows) == 1 + len(ids)
     assert any('"formula": "=1+1"' in row[-1] for row in rows[1:])
     change = ScheduleChange.objects.filter(job_id=job.id).first()
     assert change is not None
