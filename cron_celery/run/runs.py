@@ -7,25 +7,21 @@ import contextlib
 import dataclasses
 import datetime as dt
 import inspect
-import json
 import logging
-import math
 import os
-import re
 import threading
 import time
-import traceback as tb
 import types
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from celery.exceptions import SoftTimeLimitExceeded
 from django.db import DatabaseError, DataError, InterfaceError, OperationalError, connection, transaction
 
 from cron_celery import conf, enums, exceptions, schedules
 from cron_celery.decisions import claims, executions, finishes, jobs
 from cron_celery.declaring import params, registry
 from cron_celery.run import callers, identity, leases, limits, locks, outcomes, retries, shutdown
+from cron_celery.run.results import clean_text, describe_exception, interpret
 
 logger = logging.getLogger(__name__)
 #: Marks the record of a run's outcome (``run_cron_task`` prints the outcome itself).
@@ -97,106 +93,6 @@ class Outcome:
 FENCED = "FENCED"
 #: The execution waits for the job's live run (``claims.WAITING``); it is sent again when that run ends.
 WAITING = claims.WAITING
-#: Code points PostgreSQL cannot store in text: lone surrogates (how Python hands over bytes
-#: that are not UTF-8, e.g. ``os.fsdecode`` of a file name) cannot even be encoded to send.
-_SURROGATES = re.compile("[\ud800-\udfff]")
-#: A surrogate escaped by ``json.dumps`` (jsonb refuses it too).
-_ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
-
-
-def _text(text: str) -> str:
-    """``text`` without what PostgreSQL cannot store: NUL and lone surrogates become U+FFFD."""
-    return _SURROGATES.sub("\ufffd", text.replace("\x00", "\ufffd"))
-
-
-def _clean(text: str, limit: int) -> str:
-    """Storable text (see ``_text``); long text is cut with a visible marker."""
-    text = _text(text)
-    if len(text) > limit:
-        cut = len(text) - limit
-        text = f"{text[:limit]}\n… [truncated {cut} characters]"
-    return text
-
-
-def _storable(value: Any) -> Any:
-    """``value`` with what JSON allows and jsonb refuses replaced: NaN and the infinities become
-    the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"``; lone surrogates in strings (and keys)
-    become U+FFFD. Anything else is left for ``json.dumps`` to accept or refuse."""
-    if isinstance(value, str):
-        return _SURROGATES.sub("\ufffd", value)
-    if isinstance(value, float) and not math.isfinite(value):
-        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
-    if isinstance(value, dict):
-        return {_storable(key) if isinstance(key, str | float) else key: _storable(item)
-                for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_storable(item) for item in value]
-    return value
-
-
-def _jsonable(value: Any) -> tuple[Any, str]:
-    """(value to store in ``result``, error message if it cannot be stored as JSON)."""
-    try:
-        try:
-            encoded = json.dumps(value, allow_nan=False)
-        except ValueError:  # NaN or an infinity: JSON's own encoder allows them, jsonb does not
-            value = _storable(value)
-            encoded = json.dumps(value, allow_nan=False)
-        else:
-            if _ESCAPED_SURROGATE.search(encoded):
-                value = _storable(value)
-                encoded = json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError, RecursionError) as exc:
-        preview = _clean(repr(value), 200)
-        return None, (
-            f"The job returned a value that is not JSON-serialisable "
-            f"({type(value).__name__}: {preview}); return str, int, float, bool, None, "
-            f"or lists and dicts of them. ({exc})"
-        )
-    limit = conf.settings.RESULT_MAX_CHARS
-    if len(encoded) > limit or "\\u0000" in encoded:
-        return {"truncated": True, "preview": _clean(encoded, limit)[:limit]}, ""
-    return value, ""
-
-
-def interpret(value: Any) -> tuple[str, str, str, Any]:
-    """(status, message, error_code, stored result) from a job's return value."""
-    stored, problem = _jsonable(value)
-    limit = conf.settings.MESSAGE_MAX_CHARS
-    if problem:
-        return S.FAILED, _clean(problem, limit), "NOT_JSON", None
-    if isinstance(value, dict) and "error" in value:
-        message = _clean(str(value.get("message", "")), limit)
-        code = _clean(str(value.get("error_code", "") or ""), 50)[:50]
-        if value.get("error"):
-            return S.FAILED, message, code or "JOB_ERROR", stored
-        return S.SUCCEEDED, message, code, stored
-    message = value if isinstance(value, str) else ""
-    return S.SUCCEEDED, _clean(message, limit), "", stored
-
-
-def describe_exception(exc: BaseException) -> tuple[str, str, str, str]:
-    """(status, message, error_code, traceback) for an exception raised by a job."""
-    settings = conf.settings
-    try:
-        text = str(exc)
-    except Exception:  # a broken __str__ must not hide the failure
-        text = "<unprintable exception>"
-    if isinstance(exc, exceptions.JobFailed):
-        label = text
-    else:
-        label = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-    message = _clean(label, settings.MESSAGE_MAX_CHARS)
-    # Format the traceback from the frames, then the (possibly huge) message once, cut.
-    frames = "".join(tb.format_tb(exc.__traceback__))
-    trace = _clean(f"Traceback (most recent call last):\n{frames}{message}",
-                   settings.TRACEBACK_MAX_CHARS)
-    if isinstance(exc, SoftTimeLimitExceeded):
-        return S.TIMED_OUT, message, "TIME_LIMIT", trace
-    code = getattr(exc, "error_code", "") or type(exc).__name__
-    return S.FAILED, message, _clean(str(code), 50)[:50], trace
-
-
 #: The error code of an outcome that could not be stored as it was (see ``_record``).
 UNSTORABLE = "RESULT_NOT_STORABLE"
 
@@ -315,6 +211,35 @@ def _claim(job: registry.Job, slot: dt.datetime, execution_date: dt.date, execut
     return claim
 
 
+@dataclasses.dataclass(kw_only=True)
+class _Attempt:
+    """What one delivery of a slot carries through its steps: the job and slot, the claim it took, the
+    job's lock (held until the outcome is written), and the log records' extra fields."""
+
+    job: registry.Job
+    slot: dt.datetime
+    trigger: str
+    claim: claims.Claim
+    job_lock: locks.JobLock | None
+    lock_held: bool
+    extra: dict[str, object]
+
+
+@dataclasses.dataclass(kw_only=True)
+class _Called:
+    """What the body's call came to, as the final write records it."""
+
+    run: Run
+    status: str
+    message: str
+    code: str
+    trace: str
+    stored: Any
+    error: BaseException | None
+    runtime: float
+    held: limits.Hold  # the soft time limit held off until the outcome is written (``limits.hold``)
+
+
 def execute(
     job: registry.Job,
     slot: dt.datetime,
@@ -338,18 +263,36 @@ def execute(
     a new execution, ``given`` (checked) over the job's scheduled ones; ``params_given`` makes it
     a run with parameters a person gave (its own execution; see ``claims.begin``). A value that no
     longer fits the job's parameters fails the run (``INVALID_PARAMS``), without calling the body.
+
+    The steps: take the slot (lock and claim), end here if the claim says not to run, call the
+    body, write the outcome (or the retry), and say what came of it.
     """
     callers.refuse_in_transaction(job.name)  # before anything is locked or written
-    tz = job.tzinfo
-    execution_date = schedules.execution_date(slot, tz)
-    lease = conf.settings.LEASE_SECONDS
-    extra: dict[str, object] = {"job": job.code, "slot": schedules.iso(slot),
-                                "execution": execution_id}
+    attempt = _take(job, slot, trigger, execution_id=execution_id, force=force, rerun=rerun,
+                    celery_task_id=celery_task_id, given=given, params_given=params_given)
+    not_run = _not_run(attempt, execution_id)
+    if not_run is not None:
+        return not_run
+    called = _call(attempt, call)
+    claim = attempt.claim
+    countdown = retries.countdown(job, claim.retry_count) if (
+        allow_retry and retries.wanted(job, called.status, called.error, claim.retry_count)) else None
+    written = _write(attempt, called, countdown)
+    return _reported(attempt, called, written, countdown)
+
+
+def _take(job: registry.Job, slot: dt.datetime, trigger: str, *, execution_id: int | None, force: bool,
+          rerun: bool, celery_task_id: str, given: Mapping[str, params.Json] | None,
+          params_given: bool) -> _Attempt:
+    """The job's lock (overlap-skip and rate-limited jobs), then the claim; the lock is kept only by a
+    run that was claimed."""
+    extra: dict[str, object] = {"job": job.code, "slot": schedules.iso(slot), "execution": execution_id}
     job_lock = locks.for_job(job)
     lock_state = job_lock.acquire(extra) if job_lock is not None else ""
     try:
-        claim = _claim(job, slot, execution_date, execution_id, extra, trigger=trigger, force=force, rerun=rerun,
-                       celery_task_id=celery_task_id, lease_seconds=lease, lock_busy=lock_state == locks.BUSY,
+        claim = _claim(job, slot, schedules.execution_date(slot, job.tzinfo), execution_id, extra, trigger=trigger,
+                       force=force, rerun=rerun, celery_task_id=celery_task_id,
+                       lease_seconds=conf.settings.LEASE_SECONDS, lock_busy=lock_state == locks.BUSY,
                        given=dict(given) if given else None, params_given=params_given)
     except BaseException:
         if job_lock is not None:
@@ -359,6 +302,14 @@ def execute(
         job_lock.release()
         job_lock = None
     extra["execution"] = claim.execution_id
+    return _Attempt(job=job, slot=slot, trigger=trigger, claim=claim, job_lock=job_lock,
+                    lock_held=lock_state == locks.HELD, extra=extra)
+
+
+def _not_run(attempt: _Attempt, execution_id: int | None) -> Outcome | None:
+    """The outcome of a delivery the claim did not let run (a duplicate, a wait, a skip, a retry given up
+    on a paused job), recorded and announced as the claim decided; None when the claim runs it."""
+    job, slot, claim, extra = attempt.job, attempt.slot, attempt.claim, attempt.extra
     if claim.outcome == claims.DUPLICATE and claim.status_seen == claims.CAPPED:
         assert claim.execution_id is not None
         outcomes.dead(job, job_id=jobs.job_id(job), execution_id=claim.execution_id, status=S.LOST,
@@ -375,24 +326,14 @@ def execute(
         return Outcome(job=job.name, slot=slot, status=WAITING, execution_id=claim.execution_id,
                        run_number=claim.run_number, skip_reason=claim.skip_reason, message=f"waiting for {what}")
     if claim.outcome == claims.GIVE_UP:
-        assert claim.execution_id is not None
-        gave_up = outcomes.given_up(job, job_id=jobs.job_id(job), execution_id=claim.execution_id,
-                                    note="not retried: the job is paused")
-        if gave_up is None:
-            return Outcome(job=job.name, slot=slot, status=claims.DUPLICATE, execution_id=claim.execution_id,
-                           message="CHANGED")
-        logger.warning("%s %s %s: its job is paused, so it is not retried: %s", job.name, schedules.iso(slot),
-                       gave_up.status, gave_up.message[:200], extra=extra)
-        return Outcome(job=job.name, slot=slot, status=gave_up.status, execution_id=claim.execution_id,
-                       message=gave_up.message, error_code=gave_up.error_code, frees_job=True)
+        return _given_up(attempt)
     if claim.outcome == claims.DUPLICATE:
         logger.info("execution %s already %s; this delivery does nothing",
                     claim.execution_id, claim.status_seen, extra=extra)
         return Outcome(job=job.name, slot=slot, status=claims.DUPLICATE,
                        execution_id=claim.execution_id, message=claim.status_seen)
     if not claim.claimed:
-        logger.info("%s %s skipped: %s", job.name, schedules.iso(slot), claim.skip_reason,
-                    extra=extra)
+        logger.info("%s %s skipped: %s", job.name, schedules.iso(slot), claim.skip_reason, extra=extra)
         if claim.execution_id is not None:
             outcomes.announce(job, jobs.job_id(job), claim.execution_id, slot, S.SKIPPED, claim.skip_reason,
                               claims.SKIP_MESSAGES[claim.skip_reason])
@@ -402,26 +343,48 @@ def execute(
                        message=claims.SKIP_MESSAGES[claim.skip_reason],
                        # A skip for the pause: a forced execution waiting behind it may go now.
                        frees_job=claim.skip_reason == enums.SkipReason.PAUSED and execution_id is not None)
+    return None
+
+
+def _given_up(attempt: _Attempt) -> Outcome:
+    """A retry that reached a paused job: it ends with its own failure, not retried."""
+    job, slot, claim = attempt.job, attempt.slot, attempt.claim
+    assert claim.execution_id is not None
+    gave_up = outcomes.given_up(job, job_id=jobs.job_id(job), execution_id=claim.execution_id,
+                                note="not retried: the job is paused")
+    if gave_up is None:
+        return Outcome(job=job.name, slot=slot, status=claims.DUPLICATE, execution_id=claim.execution_id,
+                       message="CHANGED")
+    logger.warning("%s %s %s: its job is paused, so it is not retried: %s", job.name, schedules.iso(slot),
+                   gave_up.status, gave_up.message[:200], extra=attempt.extra)
+    return Outcome(job=job.name, slot=slot, status=gave_up.status, execution_id=claim.execution_id,
+                   message=gave_up.message, error_code=gave_up.error_code, frees_job=True)
+
+
+def _call(attempt: _Attempt, call: Callable[[Run], Any]) -> _Called:
+    """The body, called with its ``Run`` while the lease thread renews the lease; what it returned or
+    raised, as a status, message, error code, traceback and storable result."""
+    job, slot, claim, extra = attempt.job, attempt.slot, attempt.claim, attempt.extra
     assert claim.execution_id is not None and claim.fence is not None
     cancelled = threading.Event()
     # The values on the row the claim read (a retry, a redelivery, a resend: the same row, the same
     # values), as the annotated types; a value that no longer fits fails the run below, uncalled.
     unfit: exceptions.InvalidParams | None = None
     try:
-        values = params.resolve(job.parameters, claim.params, job=job.name, tz=tz)
+        values = params.resolve(job.parameters, claim.params, job=job.name, tz=job.tzinfo)
     except exceptions.InvalidParams as wrong:
         values, unfit = {}, wrong
     run = Run(
-        job=job.name, code=job.code, slot=slot, execution_date=execution_date,
+        job=job.name, code=job.code, slot=slot, execution_date=schedules.execution_date(slot, job.tzinfo),
         attempt=claim.retry_count + 1, fence=claim.fence, key=schedules.run_key(job.code, slot),
-        execution_id=claim.execution_id, run_number=claim.run_number, trigger=trigger,
+        execution_id=claim.execution_id, run_number=claim.run_number, trigger=attempt.trigger,
         logger=logging.LoggerAdapter(logging.getLogger(f"cron_celery.jobs.{job.name}"), extra),
         cancelled=cancelled, params=types.MappingProxyType(values),
     )
     outcomes.started(job, claim.execution_id, slot, claim.retry_count + 1)
     if not callers.in_test_transaction():  # there, no other session sees the row: nothing to renew, nobody to take it
-        leases.track(claim.execution_id, claim.fence, lease, cancelled, extra,
-                     job_lock if lock_state == locks.HELD else None)
+        leases.track(claim.execution_id, claim.fence, conf.settings.LEASE_SECONDS, cancelled, extra,
+                     attempt.job_lock if attempt.lock_held else None)
     if shutdown.requested.is_set():
         cancelled.set()
     error: BaseException | None = None
@@ -447,48 +410,63 @@ def execute(
         stored = None
     else:
         status, message, code, stored = interpret(value)
-    countdown = retries.countdown(job, claim.retry_count) if (
-        allow_retry and retries.wanted(job, status, error, claim.retry_count)) else None
-    retried = False
+    return _Called(run=run, status=status, message=message, code=code, trace=trace, stored=stored, error=error,
+                   runtime=runtime, held=held)
+
+
+def _write(attempt: _Attempt, called: _Called, countdown: float | None) -> str | bool:
+    """The fenced final write (or the retry's), reconnecting through a database that went away; an
+    outcome PostgreSQL refuses for its data is written as ``RESULT_NOT_STORABLE`` instead (``called``
+    says so after). The job's lock and the soft time limit are released only now. What the write
+    returned: the status written, or False when the fence or the status no longer allowed it."""
+    job, slot, claim, extra = attempt.job, attempt.slot, attempt.claim, attempt.extra
+    assert claim.execution_id is not None and claim.fence is not None
+
+    def record(runtime: float | None) -> str | bool:
+        return _record(job, claim, slot, countdown=countdown, status=called.status, message=called.message,
+                       error_code=called.code, traceback=called.trace, result=called.stored, runtime=runtime)
+
     try:
         try:
-            written, retried = _reconnecting(
-                lambda: _record(job, claim, slot, countdown=countdown, status=status,
-                                message=message, error_code=code, traceback=trace, result=stored,
-                                runtime=runtime),
-                "recording the outcome", extra)
+            written, retried = _reconnecting(lambda: record(called.runtime), "recording the outcome", extra)
         except (DataError, ValueError) as problem:  # the data, not the connection: record what can be
             logger.exception("the outcome of execution %s (%s) cannot be stored; recording %s instead",
-                             claim.execution_id, status, UNSTORABLE, extra=extra)
-            message = _clean(f"The outcome ({status}: {message[:200]}) could not be stored: "
-                             f"{type(problem).__name__}: {str(problem)[:500]}", 1000)
-            status, code, trace, stored = S.FAILED, UNSTORABLE, "", None
-            written, retried = _reconnecting(
-                lambda: _record(job, claim, slot, countdown=countdown, status=status,
-                                message=message, error_code=code, traceback=trace, result=stored),
-                "recording the outcome", extra)
+                             claim.execution_id, called.status, UNSTORABLE, extra=extra)
+            called.message = clean_text(f"The outcome ({called.status}: {called.message[:200]}) could not be stored: "
+                                    f"{type(problem).__name__}: {str(problem)[:500]}", 1000)
+            called.status, called.code, called.trace, called.stored = S.FAILED, UNSTORABLE, "", None
+            written, retried = _reconnecting(lambda: record(None), "recording the outcome", extra)
         if retried and written is False:
             # A commit whose answer was lost with the connection may have written it already.
-            written = finishes.written_by(claim.execution_id, claim.fence, status, retrying=countdown is not None)
+            written = finishes.written_by(claim.execution_id, claim.fence, called.status,
+                                          retrying=countdown is not None)
             if written is True:
-                outcomes.written(job, jobs.job_id(job), claim.execution_id, slot, fence=claim.fence, status=status,
-                                 error_code=code, message=message)
+                outcomes.written(job, jobs.job_id(job), claim.execution_id, slot, fence=claim.fence,
+                                 status=called.status, error_code=called.code, message=called.message)
     except DatabaseError:
-        logger.exception("could not record the outcome of execution %s", claim.execution_id,
-                         extra=extra)
+        logger.exception("could not record the outcome of execution %s", claim.execution_id, extra=extra)
         raise
     finally:
         # Released only after the outcome is written, so nobody starts before it is.
-        if job_lock is not None:
-            job_lock.release()
-        limits.release(held, extra)
+        if attempt.job_lock is not None:
+            attempt.job_lock.release()
+        limits.release(called.held, extra)
+    return written
+
+
+def _reported(attempt: _Attempt, called: _Called, written: str | bool, countdown: float | None) -> Outcome:
+    """What came of the attempt, logged and returned: retrying, revoked while it ran, fenced (another
+    attempt holds the slot now), or the outcome written."""
+    job, slot, claim, extra = attempt.job, attempt.slot, attempt.claim, attempt.extra
+    assert claim.execution_id is not None
+    status, message, code = called.status, called.message, called.code
     if written == S.RETRYING:
         assert countdown is not None
         logger.warning("%s %s attempt %d %s, retrying in %.1f s: %s", job.name, schedules.iso(slot),
-                       run.attempt, status, countdown, message[:200], extra=extra)
+                       called.run.attempt, status, countdown, message[:200], extra=extra)
         return Outcome(job=job.name, slot=slot, status=S.RETRYING, execution_id=claim.execution_id,
                        run_number=claim.run_number, message=message, error_code=code,
-                       exc=error, countdown=countdown, frees_job=True)
+                       exc=called.error, countdown=countdown, frees_job=True)
     if not written and executions.status_of(claim.execution_id) == S.REVOKED:
         logger.warning("execution %s was revoked while it ran: its outcome (%s) is not recorded",
                        claim.execution_id, status, extra=extra)
@@ -505,4 +483,4 @@ def execute(
                        extra={**extra, OUTCOME: True})
     return Outcome(job=job.name, slot=slot, status=status, execution_id=claim.execution_id,
                    run_number=claim.run_number, message=message, error_code=code,
-                   result=stored, exc=error, frees_job=True)
+                   result=called.stored, exc=called.error, frees_job=True)
