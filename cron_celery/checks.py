@@ -181,12 +181,12 @@ def check_timing(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMes
         if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
             errors.append(checks.Error(f"CRON_CELERY[{key!r}] must be an integer of at least {minimum}, not {value!r}.",
                                        id="cron_celery.E002"))
-    from cron_celery.declaring import registry
+    from cron_celery.declaring import options
 
     deadline = values.DEFAULT_START_DEADLINE
-    if deadline is not None and not registry.valid_bound(deadline):
+    if deadline is not None and not options.valid_bound(deadline):
         errors.append(checks.Error(f"CRON_CELERY['DEFAULT_START_DEADLINE'] must be a number of seconds above 0 and at "
-                                   f"most {registry.LONGEST_BOUND:.0e}, or None, not {deadline!r}.",
+                                   f"most {options.LONGEST_BOUND:.0e}, or None, not {deadline!r}.",
                                    id="cron_celery.E002"))
     for key in ("DEFAULT_SOFT_TIME_LIMIT", "DEFAULT_TIME_LIMIT"):
         value = getattr(values, key)
