@@ -9,7 +9,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from cron_celery import models
-from cron_celery.decisions import claims, dispatch, executions, finishes
+from cron_celery.decisions import claims, dispatch, executions, finishes, heartbeats
 from cron_celery.decisions import jobs as job_rows
 from cron_celery.models import CronExecution, CronJob, SkipReason, Status, Trigger
 from tests.conftest import make_job
@@ -256,7 +256,7 @@ def test_an_expired_running_execution_is_taken_over_with_a_new_fence_and_attempt
     second = begin(job, job_id, execution_id=execution_id)
     assert second.claimed and second.fence > first.fence and second.retry_count == 1
     # the stale worker can neither renew nor finish
-    assert claims.heartbeat(execution_id, first.fence, 60) is False
+    assert heartbeats.heartbeat(execution_id, first.fence, 60) is False
     assert finish(job_id, first, Status.SUCCEEDED, message="stale") is False
     assert finish(job_id, second, Status.SUCCEEDED, message="fresh") is True
     assert CronExecution.objects.get(id=execution_id).message == "fresh"
@@ -292,10 +292,10 @@ def test_heartbeat_extends_the_lease_only_for_the_current_fence():
     job, job_id = make_job()
     claim = begin(job, job_id)
     expire(claim.execution_id)
-    assert claims.heartbeat(claim.execution_id, claim.fence, 60) is True
+    assert heartbeats.heartbeat(claim.execution_id, claim.fence, 60) is True
     row = CronExecution.objects.get(id=claim.execution_id)
     assert row.lease_until > dt.datetime(2020, 1, 1, tzinfo=dt.UTC)
-    assert claims.heartbeat(claim.execution_id, claim.fence - 1, 60) is False
+    assert heartbeats.heartbeat(claim.execution_id, claim.fence - 1, 60) is False
 
 
 def test_finish_writes_status_result_and_the_job_aggregates_in_one_go():

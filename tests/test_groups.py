@@ -11,7 +11,7 @@ from django.db import connection
 from django.test import override_settings
 
 from cron_celery import checks, exceptions, reconciler
-from cron_celery.decisions import claims, executions, finishes, groups
+from cron_celery.decisions import claims, executions, finishes, groups, heartbeats
 from cron_celery.declaring import registry
 from cron_celery.models import CronExecution, CronJob, SkipReason, Status, Trigger
 from cron_celery.run import tasks
@@ -103,9 +103,9 @@ def test_a_stale_run_of_another_job_still_holds_its_place_and_the_claiming_jobs_
     third = begin(a, a_id, hour(2))
     assert third.claimed
     assert row(frozen_a.execution_id).fence == third.fence  # superseded: its heartbeat is refused
-    assert not claims.heartbeat(frozen_a.execution_id, frozen_a.fence, 60)
+    assert not heartbeats.heartbeat(frozen_a.execution_id, frozen_a.fence, 60)
     assert begin(a, a_id, hour(3)).skip_reason == SkipReason.CONCURRENCY  # b's frozen run still counts
-    assert claims.heartbeat(frozen_b.execution_id, frozen_b.fence, 60)  # it woke up: the group is at 2, not 3
+    assert heartbeats.heartbeat(frozen_b.execution_id, frozen_b.fence, 60)  # it woke up: the group is at 2, not 3
 
 
 @shared

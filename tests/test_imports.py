@@ -262,11 +262,10 @@ MODULE_LINES, FUNCTION_LINES = 450, 80
 #: added; the next part of the house's work splits them, and each leaves this list as it does.
 OVERSIZED = {
     "cron_celery/alerts/__init__.py": 616,
-    "cron_celery/decisions/claims.py": 501, "cron_celery/models.py": 459,
+    "cron_celery/models.py": 459,
     "cron_celery/run/runs.py": 486, "cron_celery/schedules.py": 612,
     "bench/beat_scale.py": 966, "bench/latency.py": 788, "bench/locks.py": 514, "bench/overhead.py": 886,
     "bench/sections.py": 1064, "scripts/dashboard_picture": 901,
-    "cron_celery/decisions/claims.py:begin": 123,
     "bench/beat_scale.py:main": 89, "bench/history.py:seed": 81, "bench/history.py:main": 87,
     "bench/locks.py:main": 126, "bench/overhead.py:run_once": 95, "bench/overhead.py:main": 142,
     "bench/page.py:header": 86, "bench/sections.py:overhead_section": 95, "bench/sections.py:locks_section": 89,

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from django.db import OperationalError, connection, connections
 
-from cron_celery.decisions import claims, dispatch, executions
+from cron_celery.decisions import claims, dispatch, executions, heartbeats
 from cron_celery.models import CronExecution, Status, Trigger
 from cron_celery.run import runs
 from tests.conftest import expire_lease, make_job
@@ -74,7 +74,7 @@ def test_a_heartbeat_renewing_a_stale_run_while_the_next_run_is_claimed_leaves_o
     stale_id, stale_fence = first.execution_id, first.fence
 
     def racing(cursor: Any, job_id_: int, stale: list[int], fence: int) -> None:
-        renewed.append(_in_thread(lambda: claims.heartbeat(stale_id, stale_fence, 60)))
+        renewed.append(_in_thread(lambda: heartbeats.heartbeat(stale_id, stale_fence, 60)))
         real(cursor, job_id_, stale, fence)
 
     monkeypatch.setattr(claims, "_supersede", racing)
@@ -82,7 +82,7 @@ def test_a_heartbeat_renewing_a_stale_run_while_the_next_run_is_claimed_leaves_o
     second = claims.begin(job=job, job_id=job_id, slot=later, execution_date=later.date(), trigger=Trigger.MANUAL,
                           lease_seconds=60)
     assert renewed == [True] and second.claimed
-    assert not claims.heartbeat(first.execution_id, first.fence, 60)
+    assert not heartbeats.heartbeat(first.execution_id, first.fence, 60)
     assert [row[0] for row in _live_runs(job_id)] == [second.execution_id]
 
 

@@ -19,7 +19,7 @@ import math
 from typing import Any
 
 from cron_celery import alerts, enums, schedules
-from cron_celery.decisions import claims
+from cron_celery.decisions import heartbeats
 from cron_celery.decisions import in_effect as effective
 from cron_celery.declaring import registry
 from cron_celery.notifiers.sentry import OPTION_RULES, SentryChannel, active, options
@@ -123,7 +123,7 @@ class Crons(events.Listener):
             return
         check_in_id = checkin_started(started.job)
         if check_in_id:
-            claims.set_checkin(started.execution_id, check_in_id)
+            heartbeats.set_checkin(started.execution_id, check_in_id)
             if len(self._opened) >= 1000:
                 self._opened.clear()
             self._opened[started.execution_id] = check_in_id
@@ -133,7 +133,7 @@ class Crons(events.Listener):
         if (job is None or not ended.final or ended.status not in S.terminal()
                 or ended.status in (S.SKIPPED, S.MISSED) or not crons_enabled(job)):
             return
-        check_in_id = self._opened.pop(ended.execution_id, "") or claims.checkin_of(ended.execution_id)
+        check_in_id = self._opened.pop(ended.execution_id, "") or heartbeats.checkin_of(ended.execution_id)
         checkin_finished(job, check_in_id, ended.status == S.SUCCEEDED, None)
 
 

@@ -23,7 +23,7 @@ from typing import Any
 from django.db import connection, transaction
 
 from cron_celery import enums
-from cron_celery.decisions import executions, groups, statements, waiting
+from cron_celery.decisions import executions, groups, slot_state, statements, waiting
 from cron_celery.declaring import registry
 
 S = enums.Status
@@ -91,47 +91,6 @@ class Claim:
     @property
     def claimed(self) -> bool:
         return self.outcome == S.RUNNING
-
-
-def _slot_state(cursor: Any, job_id: int, slot: dt.datetime, me: int) -> dict[str, Any]:
-    """What the other executions of this slot and job are doing (under the job lock).
-
-    The slot's own state (the first four) leaves out runs with parameters a person gave
-    (``params_given``): such a run is its own execution, never the slot's regular run, so it
-    neither uses the slot up nor keeps it busy. The job's live runs (overlap, limits) count it."""
-    cursor.execute(
-        f"""
-        SELECT
-          bool_or(id <> %(me)s AND slot = %(slot)s AND NOT params_given AND status = 'SUCCEEDED'),
-          bool_or(id <> %(me)s AND slot = %(slot)s AND NOT params_given
-                  AND status IN ('FAILED', 'TIMED_OUT', 'LOST', 'REVOKED')),
-          bool_or(id <> %(me)s AND slot = %(slot)s AND NOT params_given AND (status IN ('PENDING', 'RETRYING')
-                  OR (status = 'RUNNING' AND lease_until > now()))),
-          bool_or(id <> %(me)s AND slot = %(slot)s AND NOT params_given AND status = 'RUNNING'
-                  AND lease_until <= now()),
-          bool_or(id <> %(me)s AND status = 'RUNNING' AND lease_until > now()),
-          max(status) FILTER (WHERE id = %(me)s),
-          bool_or(id = %(me)s AND lease_until > now()),
-          bool_or(id = %(me)s AND forced),
-          max(retry_count) FILTER (WHERE id = %(me)s),
-          max(trigger) FILTER (WHERE id = %(me)s),
-          bool_or(id = %(me)s AND force),
-          max(id) FILTER (WHERE id <> %(me)s AND status = 'RUNNING' AND lease_until > now()),
-          bool_or(id <> %(me)s AND status = 'RUNNING' AND lease_until <= now()),
-          count(*) FILTER (WHERE id <> %(me)s AND status = 'RUNNING' AND lease_until > now()),
-          array_agg(id) FILTER (WHERE id <> %(me)s AND status = 'RUNNING' AND lease_until <= now()),
-          bool_or(id = %(me)s AND params_given)
-        FROM {EXE}
-        WHERE job_id = %(job)s AND (slot = %(slot)s OR status = 'RUNNING' OR id = %(me)s)
-        """,
-        {"me": me, "slot": slot, "job": job_id},
-    )
-    row = cursor.fetchone()
-    keys = ("succeeded", "failed", "live", "stale", "job_live", "own_status", "own_live", "own_forced",
-            "own_retries", "own_trigger", "own_force", "blocker", "job_stale", "live_count", "stale_ids",
-            "own_params_given")
-    kept = ("own_status", "own_retries", "own_trigger", "blocker", "live_count", "stale_ids")
-    return {key: row[i] if key in kept else (row[i] or False) for i, key in enumerate(keys)}
 
 
 def _decide(
@@ -277,85 +236,29 @@ def begin(
         if locked is None:
             raise JobRowMissing(job.name)
         fence, paused, max_retries, scheduled = locked[0], locked[1], locked[2], executions.loaded(locked[3])
-        state: dict[str, Any] = {
-            "succeeded": False, "failed": False, "live": False, "stale": False,
-            "job_live": False, "own_status": None, "own_live": False, "own_forced": False, "own_retries": None,
-            "own_trigger": None, "own_force": False, "blocker": None, "job_stale": False, "live_count": 0,
-            "stale_ids": None,
-        }
+        state = slot_state.nothing_seen()
         # 2. A job of a concurrency group takes the group's lock next (always after its row's).
         group_full = groups.full(cursor, job.concurrency_group, job_id, execution_id or 0) \
             if job.concurrency_group else None
         if lock_busy or _needs_state(job, execution_id, force, rerun or params_given):
-            state = _slot_state(cursor, job_id, slot, execution_id or 0)
+            state = slot_state.read(cursor, job_id, slot, execution_id or 0)
         state["group_full"] = group_full
         if execution_id is not None:
-            own = state["own_status"]
-            if own is None:
-                return Claim(outcome=DUPLICATE, execution_id=execution_id, status_seen="MISSING")
-            if own in S.terminal() or (own == S.RUNNING and state["own_live"]):
-                return Claim(outcome=DUPLICATE, execution_id=execution_id, status_seen=own)
-            if own == S.RUNNING and (state["own_retries"] or 0) >= max_retries:
-                # Its worker vanished on the last allowed attempt: taking it over would be one
-                # attempt too many (a job that kills its whole worker would loop). The caller
-                # records it LOST instead.
-                return Claim(outcome=DUPLICATE, execution_id=execution_id, status_seen=CAPPED)
+            seen = _delivered_already(execution_id, state, max_retries)
+            if seen is not None:
+                return seen
             # A run sent with --force/--rerun keeps that choice when its message is sent again.
             rerun = rerun or bool(state["own_forced"])
             force = force or bool(state["own_force"])
-        own = state["own_status"]
-        attempted = own in (S.RETRYING, S.RUNNING)
-        # A run with parameters a person gave passes the slot check by, as a re-run does.
-        own_params = params_given or bool(state.get("own_params_given"))
-        reason = _decide(job, state, paused=paused, force=force, rerun=rerun or own_params, attempted=attempted)
-        if lock_busy and reason == enums.SkipReason.OVERLAP:
-            reason = enums.SkipReason.LOCK_UNAVAILABLE
-        if reason and attempted and reason == enums.SkipReason.PAUSED:
-            # Never turn a failed attempt into a skip: the caller ends it with its failure.
-            return Claim(outcome=GIVE_UP, execution_id=execution_id, status_seen=own, skip_reason=reason)
-        overlapping = reason in (enums.SkipReason.OVERLAP, enums.SkipReason.LOCK_UNAVAILABLE,
-                                 enums.SkipReason.CONCURRENCY)
-        buffered = waits_its_turn(job, state)
-        if reason == enums.SkipReason.PAUSED and execution_id is not None and own == S.PENDING and buffered:
-            # Asked for: the pause holds it (unsent) until the job is resumed; it does not use it up.
-            waiting.mark(cursor, execution_id, None, paused=True)
-            return Claim(outcome=WAITING, execution_id=execution_id, status_seen=own, skip_reason=reason)
-        if overlapping and execution_id is not None and (attempted or buffered):
-            if own != S.RUNNING:  # an expired RUNNING attempt is the reconciler's to end first
-                waiting.mark(cursor, execution_id, state["blocker"], **_waits_for(job, state, reason))
-            return Claim(outcome=WAITING, execution_id=execution_id, status_seen=own, skip_reason=reason,
-                         blocker=state["blocker"])
-        if reason:
-            return _record_skip(
-                cursor, job, job_id, slot, execution_date, trigger, execution_id, reason,
-                celery_task_id, worker, pid, message=_skip_message(job, state, reason), given=given,
-                params_given=params_given,
-            )
+        held = _held_back(cursor, job, job_id, slot, execution_date, trigger, execution_id, state, paused=paused,
+                          force=force, rerun=rerun, lock_busy=lock_busy, celery_task_id=celery_task_id,
+                          worker=worker, pid=pid, given=given, params_given=params_given)
+        if held is not None:
+            return held
         if state["job_stale"] and (job.limit is not None or job.concurrency_group):
             _supersede(cursor, job_id, list(state["stale_ids"] or []), fence)
         if execution_id is not None:
-            cursor.execute(
-                f"""
-                UPDATE {EXE} SET status = 'RUNNING', fence = %(fence)s,
-                    lease_until = now() + make_interval(secs => %(lease)s),
-                    started = coalesce(started, clock_timestamp()), ended = NULL, waiting_since = NULL,
-                    retry_count = retry_count + (CASE WHEN status = 'RUNNING' THEN 1 ELSE 0 END),
-                    worker = %(worker)s, pid = %(pid)s,
-                    attempts = CASE WHEN status = 'PENDING' THEN attempts
-                        ELSE {executions.TAKEN_OVER} || {executions.RECLAIMED} END,
-                    celery_task_id = coalesce(nullif(%(task_id)s, ''), celery_task_id)
-                WHERE id = %(id)s AND (status IN ('PENDING', 'RETRYING')
-                      OR (status = 'RUNNING' AND lease_until <= now()))
-                RETURNING run_number, retry_count, params
-                """,
-                {"fence": fence, "lease": lease_seconds, "worker": worker, "pid": pid,
-                 "task_id": celery_task_id, "id": execution_id},
-            )
-            row = cursor.fetchone()
-            if row is None:  # changed under us despite the job lock: treat as delivered
-                return Claim(outcome=DUPLICATE, execution_id=execution_id, status_seen="CHANGED")
-            return Claim(outcome=S.RUNNING, execution_id=execution_id, run_number=row[0],
-                         fence=fence, retry_count=row[1], params=executions.loaded(row[2]))
+            return _take_row(cursor, execution_id, fence, lease_seconds, worker, pid, celery_task_id)
         new_id, run_number = executions.insert(
             cursor, job, job_id, slot, execution_date, trigger,
             status=S.RUNNING, forced=force or rerun, fence=fence, lease_seconds=lease_seconds,
@@ -458,44 +361,82 @@ def _record_skip(
                  skip_reason=reason)
 
 
-def heartbeat(execution_id: int, fence: int, lease_seconds: int) -> bool:
-    """Extend the lease; False means this worker was fenced and must stop."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"""
-            UPDATE {EXE} SET lease_until = now() + make_interval(secs => %s)
-            WHERE id = %s AND fence = %s AND status = 'RUNNING'
-            """,
-            [lease_seconds, execution_id, fence],
+def _delivered_already(execution_id: int, state: dict[str, Any], max_retries: int) -> Claim | None:
+    """A delivery of an execution that has ended, runs elsewhere, or is gone: a duplicate that does
+    nothing (None: the row may be claimed)."""
+    own = state["own_status"]
+    if own is None:
+        return Claim(outcome=DUPLICATE, execution_id=execution_id, status_seen="MISSING")
+    if own in S.terminal() or (own == S.RUNNING and state["own_live"]):
+        return Claim(outcome=DUPLICATE, execution_id=execution_id, status_seen=own)
+    if own == S.RUNNING and (state["own_retries"] or 0) >= max_retries:
+        # Its worker vanished on the last allowed attempt: taking it over would be one
+        # attempt too many (a job that kills its whole worker would loop). The caller
+        # records it LOST instead.
+        return Claim(outcome=DUPLICATE, execution_id=execution_id, status_seen=CAPPED)
+    return None
+
+
+def _held_back(cursor: Any, job: registry.Job, job_id: int, slot: dt.datetime, execution_date: dt.date,
+               trigger: str, execution_id: int | None, state: dict[str, Any], *, paused: bool, force: bool,
+               rerun: bool, lock_busy: bool, celery_task_id: str, worker: str, pid: int | None,
+               given: dict[str, Any] | None, params_given: bool) -> Claim | None:
+    """What the pattern, the pause, the overlap and the limits decide for a run that may not start
+    now: a retry given up on a paused job, a wait for the job's live run (or its resume), or a skip
+    recorded. None: it runs."""
+    own = state["own_status"]
+    attempted = own in (S.RETRYING, S.RUNNING)
+    # A run with parameters a person gave passes the slot check by, as a re-run does.
+    own_params = params_given or bool(state.get("own_params_given"))
+    reason = _decide(job, state, paused=paused, force=force, rerun=rerun or own_params, attempted=attempted)
+    if lock_busy and reason == enums.SkipReason.OVERLAP:
+        reason = enums.SkipReason.LOCK_UNAVAILABLE
+    if reason and attempted and reason == enums.SkipReason.PAUSED:
+        # Never turn a failed attempt into a skip: the caller ends it with its failure.
+        return Claim(outcome=GIVE_UP, execution_id=execution_id, status_seen=own, skip_reason=reason)
+    overlapping = reason in (enums.SkipReason.OVERLAP, enums.SkipReason.LOCK_UNAVAILABLE,
+                             enums.SkipReason.CONCURRENCY)
+    buffered = waits_its_turn(job, state)
+    if reason == enums.SkipReason.PAUSED and execution_id is not None and own == S.PENDING and buffered:
+        # Asked for: the pause holds it (unsent) until the job is resumed; it does not use it up.
+        waiting.mark(cursor, execution_id, None, paused=True)
+        return Claim(outcome=WAITING, execution_id=execution_id, status_seen=own, skip_reason=reason)
+    if overlapping and execution_id is not None and (attempted or buffered):
+        if own != S.RUNNING:  # an expired RUNNING attempt is the reconciler's to end first
+            waiting.mark(cursor, execution_id, state["blocker"], **_waits_for(job, state, reason))
+        return Claim(outcome=WAITING, execution_id=execution_id, status_seen=own, skip_reason=reason,
+                     blocker=state["blocker"])
+    if reason:
+        return _record_skip(
+            cursor, job, job_id, slot, execution_date, trigger, execution_id, reason,
+            celery_task_id, worker, pid, message=_skip_message(job, state, reason), given=given,
+            params_given=params_given,
         )
-        return bool(cursor.rowcount == 1)
+    return None
 
 
-def own_claim(execution_id: int, worker: str, pid: int) -> Claim | None:
-    """The claim this process made of ``execution_id`` and committed, though the answer was lost
-    with the connection: the row is RUNNING, by this worker and process, with a live lease."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT run_number, fence, retry_count, params FROM {EXE} WHERE id = %s AND status = 'RUNNING'"
-            " AND worker = %s AND pid = %s AND lease_until > now()",
-            [execution_id, worker, pid],
-        )
-        row = cursor.fetchone()
-    if row is None:
-        return None
-    return Claim(outcome=S.RUNNING, execution_id=execution_id, run_number=row[0], fence=row[1], retry_count=row[2],
-                 params=executions.loaded(row[3]))
-
-
-def set_checkin(execution_id: int, check_in_id: str) -> None:
-    """Keep the Sentry check-in id of an execution (sent at its first claim)."""
-    with connection.cursor() as cursor:
-        cursor.execute(f"UPDATE {EXE} SET sentry_checkin_id = %s WHERE id = %s", [check_in_id, execution_id])
-
-
-def checkin_of(execution_id: int) -> str:
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT sentry_checkin_id FROM {EXE} WHERE id = %s", [execution_id])
-        row = cursor.fetchone()
-    return str(row[0]) if row else ""
-
+def _take_row(cursor: Any, execution_id: int, fence: int, lease_seconds: int, worker: str, pid: int | None,
+              celery_task_id: str) -> Claim:
+    """Claim the execution's existing row (PENDING, RETRYING, or RUNNING with its lease run out)."""
+    cursor.execute(
+        f"""
+        UPDATE {EXE} SET status = 'RUNNING', fence = %(fence)s,
+            lease_until = now() + make_interval(secs => %(lease)s),
+            started = coalesce(started, clock_timestamp()), ended = NULL, waiting_since = NULL,
+            retry_count = retry_count + (CASE WHEN status = 'RUNNING' THEN 1 ELSE 0 END),
+            worker = %(worker)s, pid = %(pid)s,
+            attempts = CASE WHEN status = 'PENDING' THEN attempts
+                ELSE {executions.TAKEN_OVER} || {executions.RECLAIMED} END,
+            celery_task_id = coalesce(nullif(%(task_id)s, ''), celery_task_id)
+        WHERE id = %(id)s AND (status IN ('PENDING', 'RETRYING')
+              OR (status = 'RUNNING' AND lease_until <= now()))
+        RETURNING run_number, retry_count, params
+        """,
+        {"fence": fence, "lease": lease_seconds, "worker": worker, "pid": pid,
+         "task_id": celery_task_id, "id": execution_id},
+    )
+    row = cursor.fetchone()
+    if row is None:  # changed under us despite the job lock: treat as delivered
+        return Claim(outcome=DUPLICATE, execution_id=execution_id, status_seen="CHANGED")
+    return Claim(outcome=S.RUNNING, execution_id=execution_id, run_number=row[0],
+                 fence=fence, retry_count=row[1], params=executions.loaded(row[2]))

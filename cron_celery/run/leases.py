@@ -24,7 +24,7 @@ import time
 
 from django.db import connection
 
-from cron_celery.decisions import claims
+from cron_celery.decisions import heartbeats
 from cron_celery.run import locks
 
 logger = logging.getLogger(__name__)
@@ -178,7 +178,7 @@ def renew(entry: _Active) -> None:
                            entry.execution_id, entry.lock.name, extra=entry.extra)
             entry.cancelled.set()
     try:
-        held = claims.heartbeat(entry.execution_id, entry.fence, entry.lease_seconds)
+        held = heartbeats.heartbeat(entry.execution_id, entry.fence, entry.lease_seconds)
     except Exception:
         counters["heartbeat_errors"] += 1
         logger.warning("lease renewal failed; will retry", exc_info=True, extra=entry.extra)

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from django.db import DatabaseError, DataError, InterfaceError, OperationalError, connection, transaction
 
 from cron_celery import conf, enums, exceptions, schedules
-from cron_celery.decisions import claims, executions, finishes, jobs
+from cron_celery.decisions import claims, executions, finishes, heartbeats, jobs
 from cron_celery.declaring import params, registry
 from cron_celery.run import callers, identity, leases, limits, locks, outcomes, retries, shutdown
 from cron_celery.run.results import clean_text, describe_exception, interpret
@@ -205,7 +205,7 @@ def _claim(job: registry.Job, slot: dt.datetime, execution_date: dt.date, execut
     claim, retried = _reconnecting(lambda: _begin(job, slot, execution_date, execution_id=execution_id, **options),
                                    "claiming the run", extra)
     if retried and claim.outcome == claims.DUPLICATE and claim.status_seen == S.RUNNING:
-        mine = claims.own_claim(execution_id, identity.WORKER, os.getpid())
+        mine = heartbeats.own_claim(execution_id, identity.WORKER, os.getpid())
         if mine is not None:
             return mine
     return claim

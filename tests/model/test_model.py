@@ -37,7 +37,7 @@ from hypothesis.stateful import (
 )
 
 from cron_celery import models
-from cron_celery.decisions import claims, dispatch
+from cron_celery.decisions import claims, dispatch, heartbeats
 from cron_celery.run import backfill, runs, tasks
 from tests.model import harness as h
 from tests.model.reference import CAPPED, CLAIM, DUPLICATE, FINAL, GIVE_UP, SKIP, WAITING, Exe, Model
@@ -337,7 +337,7 @@ class Protocol(RuleBasedStateMachine):
         run = worker.run_info
         assert run is not None
         expected = self.model.heartbeat(self.model.exes[run.execution_id], run.fence)
-        renewed = h.in_thread(lambda: claims.heartbeat(run.execution_id, run.fence, h.LEASE_SECONDS))
+        renewed = h.in_thread(lambda: heartbeats.heartbeat(run.execution_id, run.fence, h.LEASE_SECONDS))
         assert renewed == expected, f"heartbeat of execution {run.execution_id} fence {run.fence}: {renewed}"
 
     @rule(index=PICK)

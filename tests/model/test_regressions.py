@@ -11,7 +11,7 @@ import datetime as dt
 import pytest
 from django.db import connection
 
-from cron_celery.decisions import claims, dispatch, executions, finishes, repairs
+from cron_celery.decisions import claims, dispatch, executions, finishes, heartbeats, repairs
 from cron_celery.declaring import registry
 from cron_celery.models import Alert, CronExecution, CronJob, Trigger
 from cron_celery.run import outcomes
@@ -39,7 +39,7 @@ def test_a_late_heartbeat_does_not_make_two_live_runs_of_an_exclusive_job() -> N
     second = claims.begin(job=job, job_id=job_id, slot=later, execution_date=later.date(), trigger=Trigger.MANUAL,
                           lease_seconds=60)
     assert second.claimed  # the job was free: its only run had no live lease
-    claims.heartbeat(first.execution_id, first.fence, 60)  # the frozen worker comes back
+    heartbeats.heartbeat(first.execution_id, first.fence, 60)  # the frozen worker comes back
     assert len(_live_runs(job_id)) <= 1, "two live runs of a rate_limited job"
 
 
@@ -57,7 +57,7 @@ def test_a_superseded_run_is_fenced_and_its_history_keeps_the_fence_it_ran_under
                           lease_seconds=60)
     assert second.claimed and second.fence is not None and second.fence > first.fence
     assert second.execution_id is not None
-    assert not claims.heartbeat(first.execution_id, first.fence, 60)
+    assert not heartbeats.heartbeat(first.execution_id, first.fence, 60)
     assert not finishes.finish(job_id=job_id, execution_id=first.execution_id, fence=first.fence,
                              status="SUCCEEDED")
     ended = repairs.end_dead_attempts(job_id=job_id, status="LOST", error_code="LEASE_EXPIRED",
