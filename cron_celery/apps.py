@@ -37,10 +37,12 @@ class CronCeleryConfig(AppConfig):
 
     def ready(self) -> None:
         from cron_celery import alerts, checks, reconciler
-        from cron_celery.alerts import sentry, signals
+        from cron_celery.alerts import delivery, schedule_alerts, sentry, signals
         from cron_celery.declaring import registry
         from cron_celery.run import events, shutdown
 
+        # Their Celery tasks (an alert's delivery, a schedule problem's) register as they are imported.
+        assert delivery.deliver_alert.name and schedule_alerts.deliver_schedule_problem.name
         # The listeners of a run's start and end, in the order they hear of it.
         for listener in (alerts.OUTBOX, signals.SIGNALS, sentry.CRONS):
             events.subscribe(listener)

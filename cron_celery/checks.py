@@ -263,10 +263,10 @@ def check_notifications(app_configs: Any = None, **kwargs: Any) -> list[checks.C
         return []
     if not isinstance(values.NOTIFICATIONS, dict):
         return [checks.Error("CRON_CELERY['NOTIFICATIONS'] must be a dict.", id="cron_celery.E011")]
-    from cron_celery import alerts
+    from cron_celery.alerts import channels
 
     errors: list[checks.CheckMessage] = [
-        checks.Error(problem, hint=see("notifications"), id="cron_celery.E011") for problem in alerts.problems()
+        checks.Error(problem, hint=see("notifications"), id="cron_celery.E011") for problem in channels.problems()
     ]
     for key in ("timeout", "max_attempts"):
         value = values.NOTIFICATIONS.get(key)

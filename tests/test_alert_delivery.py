@@ -3,7 +3,7 @@
 - An execution whose worker dies on every attempt: the lost attempt alerts ``LOST`` at once,
   the final loss alerts again (the same row, sent again), and the job's incident
   (``alerted_at``, ``consecutive_failures``) agrees with what was sent.
-- ``alerts.deliver`` holds no transaction or row lock while a channel's endpoint hangs, and
+- ``delivery.deliver`` holds no transaction or row lock while a channel's endpoint hangs, and
   two deliverers of one alert send it once.
 """
 
@@ -22,7 +22,8 @@ from django.conf import settings
 from django.db import DatabaseError, connection
 from django.test import override_settings
 
-from cron_celery import alerts, exceptions
+from cron_celery import exceptions
+from cron_celery.alerts import delivery
 from cron_celery.decisions import claims
 from cron_celery.declaring import registry
 from cron_celery.models import Alert, AlertStatus, CronExecution, CronJob, Status, Trigger
@@ -103,7 +104,7 @@ def test_a_hanging_endpoint_holds_no_lock_and_a_second_deliverer_does_not_send_a
                                trigger=Trigger.MANUAL)
         alert = Alert.objects.get(execution_id=outcome.execution_id)
         first: list[Any] = []
-        sending = in_thread(lambda: alerts.deliver(alert.id), first)
+        sending = in_thread(lambda: delivery.deliver(alert.id), first)
         wait_for(lambda: len(hook.received()) == 1, what="the first deliverer to reach the endpoint")
         # While it waits for the endpoint: the alert's and the job's rows can be written at once.
         with connection.cursor() as cursor:
@@ -119,7 +120,7 @@ def test_a_hanging_endpoint_holds_no_lock_and_a_second_deliverer_does_not_send_a
             finally:
                 cursor.execute("SET lock_timeout = 0")
         second: list[Any] = []
-        in_thread(lambda: alerts.deliver(alert.id), second).join(timeout=30)
+        in_thread(lambda: delivery.deliver(alert.id), second).join(timeout=30)
         hook._release.set()  # let the endpoint answer the first deliverer
         sending.join(timeout=30)
     assert blocked == "", f"a row stayed locked during the HTTP call: {blocked}"
@@ -128,7 +129,7 @@ def test_a_hanging_endpoint_holds_no_lock_and_a_second_deliverer_does_not_send_a
     alert.refresh_from_db()
     assert (alert.status, alert.attempts, alert.last_error) == (AlertStatus.SENT, 1, "")
     with webhook(hook.url):
-        assert alerts.deliver(alert.id) == "GONE"
+        assert delivery.deliver(alert.id) == "GONE"
     assert len(hook.received()) == 1
 
 
@@ -152,7 +153,7 @@ def test_a_final_loss_while_the_lost_attempts_alert_is_being_sent_is_sent_again_
         assert first.status == Status.RETRYING
         alert = Alert.objects.get(execution_id=first.execution_id)
         results: list[Any] = []
-        sending = in_thread(lambda: alerts.deliver(alert.id), results)
+        sending = in_thread(lambda: delivery.deliver(alert.id), results)
         wait_for(lambda: len(hook.received()) == 1, what="the lost attempt's alert to reach the endpoint")
         final = lose(202, first.execution_id)
         assert final.status == Status.LOST
@@ -161,7 +162,7 @@ def test_a_final_loss_while_the_lost_attempts_alert_is_being_sent_is_sent_again_
         assert results == ["GONE"]  # sent, but its claim was voided by the re-arm: not recorded
         alert.refresh_from_db()
         assert (alert.status, alert.attempts) == (AlertStatus.PENDING, 0)
-        assert alerts.deliver(alert.id) == AlertStatus.SENT
+        assert delivery.deliver(alert.id) == AlertStatus.SENT
     assert [request.json()["status"] for request in hook.received()] == [Status.RETRYING, Status.LOST]
     assert Alert.objects.filter(execution_id=first.execution_id).count() == 1
     row = CronJob.objects.get(id=job_id)
@@ -192,8 +193,8 @@ def test_the_documented_verify_accepts_real_deliveries_and_refuses_replays(hook)
                                trigger=Trigger.MANUAL)
         alert = Alert.objects.get(execution_id=outcome.execution_id)
         with pytest.raises(exceptions.DeliveryFailed):
-            alerts.deliver(alert.id)
-        assert alerts.deliver(alert.id) == AlertStatus.SENT
+            delivery.deliver(alert.id)
+        assert delivery.deliver(alert.id) == AlertStatus.SENT
     first, retry = hook.received("/hooks/")
     identity = json.loads(first.raw)["delivery_id"]  # the alert row's id, in the signed body
     assert first.headers["x-cron-celery-delivery"] == retry.headers["x-cron-celery-delivery"] == identity
@@ -241,7 +242,7 @@ def test_a_lost_attempts_alert_delivered_while_the_next_attempt_runs_describes_t
                           lease_seconds=60, execution_id=first.execution_id, worker="w2", pid=4343)
     assert second.claimed and CronExecution.objects.get(id=first.execution_id).status == Status.RUNNING
     with webhook(hook.url):
-        assert alerts.deliver(alert.id) == AlertStatus.SENT
+        assert delivery.deliver(alert.id) == AlertStatus.SENT
     body = hook.received()[0].json()
     assert (body["event"], body["status"], body["attempt"], body["error_code"]) == (
         "LOST", Status.RETRYING, 1, "WORKER_LOST")

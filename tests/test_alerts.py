@@ -1,5 +1,5 @@
 """Alerts, end to end and for real: outcomes recorded by ``runs.execute`` (and the parent,
-and the reconciler) write ``Alert`` rows by the job's policy, and ``alerts.deliver`` sends
+and the reconciler) write ``Alert`` rows by the job's policy, and ``delivery.deliver`` sends
 them to real local servers — HTTP for Slack, Telegram and webhooks, aiosmtpd for email,
 and an ingestion endpoint for Sentry's events and Crons check-ins. The assertions read the
 database rows and what the servers received.
@@ -28,7 +28,7 @@ from django.db import connection
 from django.test import override_settings
 
 from cron_celery import alerts, checks, exceptions, reconciler
-from cron_celery.alerts import sentry, signals
+from cron_celery.alerts import channels, delivery, sentry, signals
 from cron_celery.decisions import claims, dispatch, executions, finishes, repairs
 from cron_celery.models import Alert, AlertStatus, CronExecution, CronJob, Event, Status, Trigger
 from cron_celery.notifiers.base import Channel, Message
@@ -241,8 +241,8 @@ def test_slack_telegram_and_webhook_receive_the_failure_escaped_linked_and_signe
         # The commit queued one delivery task per row on the broker (the outbox's hand-over).
         assert sorted(queued_deliveries(session_queue)) == sorted([[a.id] for a in rows.values()])
         for name in ("slack", "telegram", "webhook"):
-            assert alerts.deliver(rows[name].id) == SENT
-            assert alerts.deliver(rows[name].id) == "GONE"  # sent once, never twice
+            assert delivery.deliver(rows[name].id) == SENT
+            assert delivery.deliver(rows[name].id) == "GONE"  # sent once, never twice
     assert len(http.requests) == 3 and {r.method for r in http.requests} == {"POST"}
     link = admin_url(execution.id)
     lines = facts(execution)
@@ -300,7 +300,7 @@ def test_a_webhook_without_a_secret_is_unsigned_and_a_recovery_is_reported_too(h
         failed = execute(job, 0, reporting())
         recovered = execute(job, 1, ok)
         for alert in Alert.objects.filter(job__code=job.code).order_by("id"):
-            assert alerts.deliver(alert.id) == SENT
+            assert delivery.deliver(alert.id) == SENT
     first, second = http.requests
     assert "x-cron-celery-signature" not in first.headers and "x-cron-celery-signature" not in second.headers
     assert first.headers["x-cron-celery-timestamp"].isdigit()  # unsigned, but still dated and identified
@@ -323,7 +323,7 @@ def test_a_20000_character_error_is_bounded_on_every_channel(http):
         outcome = execute(job, body=reporting(huge))
         assert len(CronExecution.objects.get(id=outcome.execution_id).message) < 10_100  # MESSAGE_MAX_CHARS
         for alert in Alert.objects.filter(execution_id=outcome.execution_id):
-            assert alerts.deliver(alert.id) == SENT
+            assert delivery.deliver(alert.id) == SENT
     link = admin_url(outcome.execution_id)
     slack = http.received("/services/")[0].json()["text"]
     telegram = http.received("/bot")[0].json()["text"]
@@ -345,7 +345,7 @@ def test_email_goes_through_djangos_smtp_backend_to_a_real_smtp_server(smtp):
         failed = execute(job, 0, reporting())
         execute(job, 1, ok)
         for alert in Alert.objects.filter(job_id=job_id).order_by("id"):
-            assert alerts.deliver(alert.id) == SENT
+            assert delivery.deliver(alert.id) == SENT
     assert [(mail.mail_from, mail.rcpt_tos) for mail in smtp.mails] == [
         ("cron@example.com", ["ops@example.com", "oncall@example.com"])] * 2
     failure, recovery = (mail.message() for mail in smtp.mails)
@@ -371,12 +371,12 @@ def test_a_failing_endpoint_is_retried_until_sent_and_the_execution_is_untouched
         http.answer(500, '{"error": "upstream exploded"}', times=3)
         for attempt in (1, 2, 3):
             with pytest.raises(exceptions.DeliveryFailed, match="HTTP 500"):
-                alerts.deliver(alert.id)
+                delivery.deliver(alert.id)
             alert.refresh_from_db()
             assert (alert.status, alert.attempts, alert.sent_at) == (PENDING, attempt, None)
             assert alert.last_error == ('DeliveryFailed: The alert could not be delivered: HTTP 500: '
                                         '{"error": "upstream exploded"}')
-        assert alerts.deliver(alert.id) == SENT
+        assert delivery.deliver(alert.id) == SENT
     alert.refresh_from_db()
     assert (alert.status, alert.attempts, alert.last_error) == (SENT, 4, "") and alert.sent_at is not None
     assert len(http.requests) == 4 and len({request.raw for request in http.requests}) == 1
@@ -391,9 +391,9 @@ def test_after_max_attempts_the_alert_is_failed_for_good(http):
         outcome = execute(job, body=reporting())
         alert = Alert.objects.get(execution_id=outcome.execution_id)
         with pytest.raises(exceptions.DeliveryFailed):
-            alerts.deliver(alert.id)
-        assert alerts.deliver(alert.id) == GIVEN_UP  # the last attempt: recorded, not raised
-        assert alerts.deliver(alert.id) == "GONE"
+            delivery.deliver(alert.id)
+        assert delivery.deliver(alert.id) == GIVEN_UP  # the last attempt: recorded, not raised
+        assert delivery.deliver(alert.id) == "GONE"
     alert.refresh_from_db()
     assert (alert.status, alert.attempts, alert.sent_at) == (GIVEN_UP, 2, None)
     assert alert.last_error.endswith("HTTP 503: nope")
@@ -408,7 +408,7 @@ def test_a_hanging_endpoint_is_given_up_after_the_timeout(http):
         alert = Alert.objects.get(execution_id=outcome.execution_id)
         # The server holds the request for 30 s: returning at all with a timeout is the proof.
         with pytest.raises(exceptions.DeliveryFailed, match="timed out"):
-            alerts.deliver(alert.id)
+            delivery.deliver(alert.id)
     alert.refresh_from_db()
     assert (alert.status, alert.attempts) == (PENDING, 1)
     assert "TimeoutError: timed out" in alert.last_error
@@ -429,7 +429,7 @@ def test_secrets_never_reach_last_error_or_the_logs(http, caplog):
         outcome = execute(job, body=reporting())
         for alert in Alert.objects.filter(execution_id=outcome.execution_id):
             with pytest.raises(exceptions.DeliveryFailed) as caught:
-                alerts.deliver(alert.id)
+                delivery.deliver(alert.id)
             for secret in (slack_secret, TOKEN, hook_secret):
                 assert secret not in str(caught.value)
     rows = {a.channel: a.last_error for a in Alert.objects.filter(execution_id=outcome.execution_id)}
@@ -437,7 +437,7 @@ def test_secrets_never_reach_last_error_or_the_logs(http, caplog):
     assert rows["telegram"] == ("DeliveryFailed: The alert could not be delivered: "
                                 "HTTP 404: Cannot POST /bot***/sendMessage")
     assert rows["webhook"] == "ValueError: unknown url type: '***'"
-    logged = [record.getMessage() for record in caplog.records if record.name == "cron_celery.alerts"]
+    logged = [record.getMessage() for record in caplog.records if record.name == "cron_celery.alerts.delivery"]
     assert len(logged) == 3
     for text in [*rows.values(), *logged]:
         assert slack_secret not in text and TOKEN not in text and hook_secret not in text
@@ -543,7 +543,7 @@ def test_retries_never_alert_and_the_final_failure_does():
         final = execute(job, 0, raising, trigger=Trigger.ENQUEUE, execution_id=first.execution_id, allow_retry=True)
         assert final.status == Status.FAILED and final.execution_id == first.execution_id
     assert alert_rows(job_id) == [(first.execution_id, "FAILED", "webhook")]
-    message = alerts.message_for(Alert.objects.get(job_id=job_id))
+    message = delivery.message_for(Alert.objects.get(job_id=job_id))
     assert (message.attempt, message.error, message.error_code) == (2, "ConnectionError: partner down",
                                                                     "ConnectionError")
 
@@ -603,7 +603,7 @@ def test_a_worker_lost_by_the_parent_alerts_lost_once_per_execution_and_a_lost_r
     assert alert_rows(retried_id) == [(first.execution_id, "LOST", "webhook")]
     assert CronJob.objects.get(id=retried_id).alerted_at is None
     assert alert_rows(timed_id) == []  # retries never alert
-    message = alerts.message_for(Alert.objects.get(job_id=final_id))
+    message = delivery.message_for(Alert.objects.get(job_id=final_id))
     assert (message.title, message.error_code) == (f"[cron] {final.name} ({final.code}) was lost", "WORKER_LOST")
 
 
@@ -696,7 +696,7 @@ def test_a_final_failure_on_the_sentry_channel_is_one_tagged_and_fingerprinted_e
         outcome = execute(job, body=reporting())
         (alert,) = Alert.objects.filter(execution_id=outcome.execution_id)
         assert (alert.channel, alert.event) == ("sentry", "FAILED")
-        assert alerts.deliver(alert.id) == SENT
+        assert delivery.deliver(alert.id) == SENT
     (event,) = sentry_items(sentry_server, "event")
     assert {key: event["tags"][key] for key in ("cron.job", "cron.code", "cron.slot", "cron.attempt", "cron.event")} \
         == {"cron.job": job.name, "cron.code": job.code, "cron.slot": "2026-11-29T01:00:00+00:00",
@@ -829,7 +829,7 @@ def test_without_sentry_sdk_installed_the_sentry_channel_is_e011_and_a_delivery_
         assert [(message.id, message.msg) for message in found] == [
             ("cron_celery.E011", "Channel 'sentry': sentry-sdk is not installed (pip install 'cron_celery[sentry]').")]
         with pytest.raises(exceptions.DeliveryFailed, match=r"not installed in this worker \(pip install"):
-            alerts.deliver(alert_id)
+            delivery.deliver(alert_id)
     assert Alert.objects.get(id=alert_id).status == AlertStatus.PENDING  # kept, to be tried again
 
 
@@ -841,7 +841,7 @@ def test_a_custom_channel_by_dotted_path_or_short_name_is_used_by_deliver():
     with notifying(config):
         outcome = execute(job, 0, reporting())
         for alert in Alert.objects.filter(job_id=job_id).order_by("channel"):
-            assert alerts.deliver(alert.id) == SENT
+            assert delivery.deliver(alert.id) == SENT
     assert [(name, options, timeout) for name, options, _message, timeout in MyChannel.sent] == [
         ("pager", {"routing_key": "rk2"}, 3.0), ("tests.test_alerts.MyChannel", {"routing_key": "rk"}, 3.0)]
     message = MyChannel.sent[0][2]
@@ -868,7 +868,7 @@ def test_slack_keeps_the_admin_link_and_closes_the_code_block_for_an_error_full_
     job, _job_id = make_job(notify={"on_failure": ["slack"]})
     with notifying({"slack": {"webhook_url": f"{http.url}/services/T/B/X"}}):
         outcome = execute(job, body=reporting("<&>" * 7000))
-        assert alerts.deliver(Alert.objects.get(execution_id=outcome.execution_id).id) == SENT
+        assert delivery.deliver(Alert.objects.get(execution_id=outcome.execution_id).id) == SENT
     text = http.requests[0].json()["text"]
     assert len(text) <= 3500
     assert admin_url(outcome.execution_id) in text and text.count("```") == 2
@@ -878,8 +878,8 @@ def test_telegram_never_cuts_an_html_entity_in_half():
     job, _job_id = make_job(notify={"on_failure": ["telegram"]})
     with notifying({"telegram": {"bot_token": TOKEN, "chat_id": "1"}}):
         outcome = execute(job, body=reporting())
-        base = alerts.message_for(Alert.objects.get(execution_id=outcome.execution_id))
-        channel = alerts.channel("telegram")
+        base = delivery.message_for(Alert.objects.get(execution_id=outcome.execution_id))
+        channel = channels.channel("telegram")
     assert isinstance(channel, TelegramChannel)
     # 5 alignments of a run of '&' (5 characters each once escaped): at most one cut is clean
     texts = [channel.render(dataclasses.replace(base, error="x" * k + "&" * 3000))["text"] for k in range(5)]
@@ -896,7 +896,7 @@ def test_sentry_initialised_without_a_dsn_counts_as_not_initialised():
             pending = list(Alert.objects.filter(job_id=job_id).values_list("id", flat=True))
             for alert_id in pending:  # what a worker would then do, max_attempts times
                 with pytest.raises(exceptions.DeliveryFailed, match="dropped the event"):
-                    alerts.deliver(alert_id)
+                    delivery.deliver(alert_id)
     finally:
         _no_sentry()
     assert alert_rows(job_id) == []
@@ -910,7 +910,7 @@ def test_a_slack_webhook_path_echoed_by_the_endpoint_is_redacted(http):
         outcome = execute(job, body=reporting())
         alert = Alert.objects.get(execution_id=outcome.execution_id)
         with pytest.raises(exceptions.DeliveryFailed):
-            alerts.deliver(alert.id)
+            delivery.deliver(alert.id)
     alert.refresh_from_db()
     assert "HTTP 404" in alert.last_error
     assert "s3cr3tSlackPath" not in alert.last_error

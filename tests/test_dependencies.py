@@ -15,8 +15,8 @@ from celery.exceptions import SoftTimeLimitExceeded
 from django.db import connection, connections, transaction
 from django.test import override_settings
 
-from cron_celery import alerts, checks, exceptions, reconciler
-from cron_celery.alerts import signals
+from cron_celery import checks, exceptions, reconciler
+from cron_celery.alerts import delivery, signals
 from cron_celery.beat import schedule_sync
 from cron_celery.decisions import claims, dependencies, dispatch, executions, finishes, repairs
 from cron_celery.decisions import jobs as job_rows
@@ -452,7 +452,7 @@ def test_an_upstream_failure_alerts_each_opted_in_job_down_the_chain_once_per_ch
     assert list(CronJob.objects.filter(id__in=[mid.job_id, low.job_id]).values_list("alerted_at", flat=True)) == [
         None, None]
     # What the channels say: the skip, and the upstream failure that stopped the chain.
-    message = alerts.message_for(Alert.objects.get(execution_id=low.id))
+    message = delivery.message_for(Alert.objects.get(execution_id=low.id))
     assert message.title == "[cron] dep-low (DU3) was skipped: an upstream job failed"
     assert (message.status, message.error_code, message.failing) == (Status.SKIPPED, "UPSTREAM", True)
     assert message.error == (

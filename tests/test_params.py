@@ -311,9 +311,9 @@ def test_text_postgresql_cannot_store_is_refused_every_way_in_naming_the_paramet
 
 
 def test_an_alert_says_at_most_five_hundred_characters_of_parameters():
-    from cron_celery import alerts
+    from cron_celery.alerts import delivery
     from cron_celery.models import CronExecution
 
-    said = alerts._params_said(CronExecution(task_code="no-such-job", params={"note": "x" * 5000}, params_given=True))
-    assert said.endswith(" … (given by hand)") and len(said) < alerts.PARAMS_CHARS + 30
+    said = delivery._params_said(CronExecution(task_code="no-such-job", params={"note": "x" * 5000}, params_given=True))
+    assert said.endswith(" … (given by hand)") and len(said) < delivery.PARAMS_CHARS + 30
     assert said.startswith("note=")

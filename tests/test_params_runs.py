@@ -18,7 +18,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
-from cron_celery import alerts, exceptions
+from cron_celery import exceptions
+from cron_celery.alerts import delivery, schedule_alerts
 from cron_celery.beat import schedule_sync
 from cron_celery.decisions import claims, dispatch
 from cron_celery.decisions import jobs as job_rows
@@ -237,7 +238,7 @@ def set_kwargs(name: str, text: str) -> None:
 def test_kwargs_are_checked_and_copied_to_the_job_then_onto_each_dispatched_row(declare, monkeypatch,
                                                                                django_capture_on_commit_callbacks):
     said: list[tuple[str, str, str]] = []
-    monkeypatch.setattr(alerts, "schedule_problem", lambda job, **kw: said.append(
+    monkeypatch.setattr(schedule_alerts, "schedule_problem", lambda job, **kw: said.append(
         (kw["code"], kw["problem"], kw["state"])) or 1)
     job = scheduled(declare, "kw-report", "PK01", kw_report)
     schedule_sync.sync(NOW)
@@ -500,7 +501,7 @@ def test_an_alert_says_with_which_values_the_run_ran():
     assert outcome.execution_id is not None
     execution = CronExecution.objects.get(id=outcome.execution_id)
     alert = Alert.objects.create(execution=execution, job=execution.job, event="FAILED", channel="webhook")
-    message = alerts.message_for(alert)
+    message = delivery.message_for(alert)
     assert ("Parameters", "region=us (given by hand)") in message.facts()
     assert message.as_dict()["params"] == "region=us (given by hand)" and "Parameters: region=us" in message.text()
 

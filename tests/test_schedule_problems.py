@@ -19,7 +19,8 @@ from django_celery_beat.models import (
     SolarSchedule,
 )
 
-from cron_celery import alerts, beat, exceptions, reconciler, schedules
+from cron_celery import beat, exceptions, reconciler, schedules
+from cron_celery.alerts import schedule_alerts
 from cron_celery.beat import schedule_problems, schedule_sync
 from cron_celery.decisions import dispatch, in_effect
 from cron_celery.declaring import registry
@@ -148,7 +149,7 @@ def test_resuming_a_job_whose_edit_was_refused_resumes_its_previous_schedule():
 
 def test_each_new_reason_is_alerted_once_on_the_jobs_failure_channels(monkeypatch):
     sent: list[tuple[str, str, str]] = []
-    monkeypatch.setattr(alerts, "schedule_problem",
+    monkeypatch.setattr(schedule_alerts, "schedule_problem",
                         lambda job, **kw: sent.append((kw["code"], kw["problem"], kw["state"])) or 1)
     schedule_sync.sync(NOW)
     break_nightly_crontab(day_of_month="30", month_of_year="2")
@@ -168,15 +169,16 @@ def test_the_schedule_alert_reaches_a_channel_with_the_reason_and_no_execution(s
         settings.CRON_CELERY = {**settings.CRON_CELERY, "NOTIFICATIONS": {
             "on_failure": ["webhook"], "webhook": {"url": hook.url}}}
         found = dt.datetime(2026, 11, 29, 12, 0, 30, tzinfo=dt.UTC)
-        assert alerts.deliver_schedule_problem.run("T107", "nightly-report", "webhook", "crontab 0 2 30 2 *: never",
-                                                   "keeping '0 2 * * *'", found.isoformat()) == "SENT"
+        assert schedule_alerts.deliver_schedule_problem.run(
+            "T107", "nightly-report", "webhook", "crontab 0 2 30 2 *: never", "keeping '0 2 * * *'",
+            found.isoformat()) == "SENT"
     finally:
         hook.stop()
     body = hook.received()[0].json()
-    assert body["event"] == alerts.SCHEDULE_EVENT and body["code"] == "T107" and body["execution_id"] is None
+    assert body["event"] == schedule_alerts.SCHEDULE_EVENT and body["code"] == "T107" and body["execution_id"] is None
     assert body["error_code"] == "SCHEDULE_NOT_APPLIED" and "never" in body["error"]
     assert body["status"] == "keeping '0 2 * * *'" and body["found_at"] == found.isoformat()
-    text = alerts.schedule_message(code="T107", name="nightly-report", problem="never", state="paused",
+    text = schedule_alerts.schedule_message(code="T107", name="nightly-report", problem="never", state="paused",
                                    found=found).text()
     assert text.startswith("[cron] nightly-report (T107): schedule edit not applied") and "Meanwhile: paused" in text
 
@@ -189,10 +191,10 @@ def test_a_failed_schedule_alert_is_retried_then_given_up(settings):
         settings.CRON_CELERY = {**settings.CRON_CELERY, "NOTIFICATIONS": {
             "on_failure": ["webhook"], "webhook": {"url": hook.url}, "max_attempts": 2}}
         with pytest.raises(exceptions.DeliveryFailed, match="HTTP 500"):  # called directly: no retry message
-            alerts.deliver_schedule_problem.run(*args)
+            schedule_alerts.deliver_schedule_problem.run(*args)
         settings.CRON_CELERY = {**settings.CRON_CELERY, "NOTIFICATIONS": {
             "on_failure": ["webhook"], "webhook": {"url": hook.url}, "max_attempts": 1}}
-        assert alerts.deliver_schedule_problem.run(*args) == "FAILED"
+        assert schedule_alerts.deliver_schedule_problem.run(*args) == "FAILED"
     finally:
         hook.stop()
     assert len(hook.received()) == 2

@@ -18,7 +18,7 @@ from django.db import connection
 from django.test import override_settings
 
 from cron_celery import alerts, checks, reconciler
-from cron_celery.alerts import sentry, timing_texts
+from cron_celery.alerts import delivery, sentry, timing_texts
 from cron_celery.decisions import dispatch, timing
 from cron_celery.decisions import jobs as job_rows
 from cron_celery.declaring import registry
@@ -304,7 +304,7 @@ def test_each_timing_alert_says_what_was_late_or_long_to_a_real_webhook(declare)
             reconciler.run_pass()
             quick = runs.execute(job, SLOT + dt.timedelta(minutes=2), lambda run: "ok", trigger=Trigger.MANUAL)
             for alert in Alert.objects.filter(job__code="TL8"):
-                assert alerts.deliver(alert.id) == AlertStatus.SENT
+                assert delivery.deliver(alert.id) == AlertStatus.SENT
         bodies = {body["event"]: body for body in (request.json() for request in hook.received())}
     finally:
         hook.stop()

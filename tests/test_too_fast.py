@@ -15,7 +15,8 @@ import pytest
 from django.conf import settings
 from django.test import override_settings
 
-from cron_celery import alerts, reconciler
+from cron_celery import reconciler
+from cron_celery.alerts import delivery
 from cron_celery.decisions import dispatch, timing
 from cron_celery.decisions import jobs as job_rows
 from cron_celery.declaring import registry
@@ -100,7 +101,7 @@ def test_the_recovery_reaches_a_real_webhook_saying_the_runs_take_long_enough_ag
             minutes.run()
             minutes.run(0.4)
             for alert in Alert.objects.filter(job__code="TF3"):
-                assert alerts.deliver(alert.id) == AlertStatus.SENT
+                assert delivery.deliver(alert.id) == AlertStatus.SENT
         bodies: dict[str, Any] = {body["event"]: body for body in (request.json() for request in hook.received())}
     finally:
         hook.stop()

@@ -10,7 +10,8 @@ import json
 
 import pytest
 
-from cron_celery import alerts, exceptions, reconciler
+from cron_celery import exceptions, reconciler
+from cron_celery.alerts import delivery
 from cron_celery.decisions import jobs as job_rows
 from cron_celery.models import Alert, AlertStatus, CronExecution, Status, Trigger
 from cron_celery.run import runs
@@ -34,12 +35,12 @@ def test_a_delivery_tried_again_after_the_execution_changed_keeps_its_delivery_i
             assert reconciler.run_pass().late == 2
             alert = Alert.objects.get(execution_id=late, event="LATE")
             with pytest.raises(exceptions.DeliveryFailed):
-                alerts.deliver(alert.id)
+                delivery.deliver(alert.id)
             # Meanwhile a worker takes the late run: the alert's message now says when it started.
             ran = runs.execute(job, SLOT, lambda run: "done", trigger=Trigger.BEAT, execution_id=late)
             assert ran.status == Status.SUCCEEDED
-            assert alerts.deliver(alert.id) == AlertStatus.SENT
-            assert alerts.deliver(Alert.objects.get(execution_id=other, event="LATE").id) == AlertStatus.SENT
+            assert delivery.deliver(alert.id) == AlertStatus.SENT
+            assert delivery.deliver(Alert.objects.get(execution_id=other, event="LATE").id) == AlertStatus.SENT
         first, again, neighbour = hook.received()
     finally:
         hook.stop()

@@ -8,8 +8,9 @@ from django.db.models.functions import Now
 from django.http import HttpRequest
 from django.utils.safestring import SafeString
 
-from cron_celery import alerts, enums, models
+from cron_celery import enums, models
 from cron_celery.admin.base import ReadOnly, S
+from cron_celery.alerts import delivery
 from cron_celery.web import dashboard
 
 
@@ -36,5 +37,5 @@ class AlertAdmin(ReadOnly):
         # A fresh start: all its attempts again, and not "untouched" for the reconciler yet.
         models.Alert.objects.filter(id__in=ids).update(status=enums.AlertStatus.PENDING, last_error="",
                                                      attempts=0, updated_at=Now())
-        alerts.send_soon(ids)
+        delivery.send_soon(ids)
         self.message_user(request, f"{len(ids)} alert(s) queued for delivery.", messages.SUCCESS)

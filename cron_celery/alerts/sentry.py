@@ -18,7 +18,8 @@ import logging
 import math
 from typing import Any
 
-from cron_celery import alerts, enums, schedules
+from cron_celery import enums, schedules
+from cron_celery.alerts import channels
 from cron_celery.decisions import heartbeats
 from cron_celery.decisions import in_effect as effective
 from cron_celery.declaring import registry
@@ -39,7 +40,7 @@ S = enums.Status
 
 def crons_enabled(job: registry.Job) -> bool:
     return (job.schedule is not None and active() and options().get("crons", True) is not False
-            and "sentry" in alerts.channel_names(job, "FAILED"))
+            and "sentry" in channels.channel_names(job, "FAILED"))
 
 
 def monitor_config(job: registry.Job) -> dict[str, Any]:

@@ -6,7 +6,7 @@ the job's parameters (``read_kwargs``). ``schedule_sync.apply_edits`` refuses an
 not, for that job alone; ``set_aside`` parks a due job whose stored
 schedule the beat cannot plan. Either way the reason is stored in
 ``CronJob.schedule_problem`` and each new reason is told to the job's failure channels
-(``alerts.schedule_problem``).
+(``schedule_alerts.schedule_problem``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from django.db import connection, transaction
 from django.db.models import F
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
-from cron_celery import alerts, exceptions, models, schedules
+from cron_celery import exceptions, models, schedules
+from cron_celery.alerts import schedule_alerts
 from cron_celery.decisions import audit, edit_writes, executions
 from cron_celery.declaring import params, registry, storable
 
@@ -186,7 +187,7 @@ def alert(found: list[Problem]) -> None:
         except exceptions.UnknownJob:
             job = None
         transaction.on_commit(functools.partial(
-            alerts.schedule_problem, job, code=item.code, name=item.name, problem=item.problem,
+            schedule_alerts.schedule_problem, job, code=item.code, name=item.name, problem=item.problem,
             state=f"{item.kept} until the schedule is fixed"))
 
 

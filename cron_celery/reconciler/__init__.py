@@ -80,6 +80,7 @@ from celery import current_app, shared_task, signals
 from django.db import DatabaseError, close_old_connections, connection, transaction
 
 from cron_celery import alerts, beat, conf, enums, schedules
+from cron_celery.alerts import delivery
 from cron_celery.decisions import dependencies, dispatch, leadership, removals, repairs, resends, timing
 from cron_celery.declaring import registry
 from cron_celery.reconciler import inflight, retention
@@ -143,7 +144,7 @@ def run_pass(now: dt.datetime | None = None) -> Report:
         _stranded(report, options, me)
         _undispatched(report, now or leadership.database_now(), options)
         _downstream(report, options)
-        report.alerts = alerts.redeliver(float(options["PENDING_GRACE"]), int(options["BATCH"]))
+        report.alerts = delivery.redeliver(float(options["PENDING_GRACE"]), int(options["BATCH"]))
         _tidy(report, int(options["BATCH"]))
         _timing(report, int(options["BATCH"]))
         if (report.lost or report.resent or report.missed or report.abandoned or report.alerts or report.tidied

@@ -67,7 +67,8 @@ def test_an_unconsumed_queue_alerts_late_once_and_an_overrun_alerts_long_running
     assert sorted(body["execution_id"] for body in longs) == [row.id for row in ran] == [
         row.id for row in overran if row.long_alerted]
     assert long_id in [body["execution_id"] for body in longs]
-    assert all(body["status"] == "RUNNING" and "(max_runtime 2 s)" in body["error"] for body in longs)
+    assert all(body["status"] == "RUNNING" and "(found at " in body["error"] and "; max_runtime 2 s)" in body["error"]
+               for body in longs)
     assert {row.status for row in overran} <= {Status.SUCCEEDED, Status.SKIPPED}  # not stopped
     assert [line.split()[0] for line in marked(marker)].count("overruns") == len(ran)
     assert set(Alert.objects.filter(job__name__in=["unconsumed", "overruns"]).values_list("status", flat=True)) == {
