@@ -32,20 +32,15 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from cron_celery import enums, models
+from cron_celery import enums
 from cron_celery.alerts import too_fast_incidents
-from cron_celery.alerts.channels import UPSTREAM_FAILURES, deliverable
+from cron_celery.alerts.channels import ALERT, EXE, JOB, UPSTREAM_FAILURES, E, S, deliverable
 from cron_celery.alerts.delivery import send_soon
 from cron_celery.decisions import timing
 from cron_celery.declaring import registry
 from cron_celery.run import events
 
 logger = logging.getLogger(__name__)
-S = enums.Status
-E = enums.Event
-JOB = models.CronJob._meta.db_table
-EXE = models.CronExecution._meta.db_table
-ALERT = models.Alert._meta.db_table
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Recorded:

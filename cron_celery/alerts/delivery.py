@@ -14,17 +14,12 @@ from django.db import connection
 
 from cron_celery import conf, enums, exceptions, models
 from cron_celery.alerts import timing_texts
-from cron_celery.alerts.channels import channel
+from cron_celery.alerts.channels import ALERT, E, S, channel
 from cron_celery.declaring import params, registry
 from cron_celery.notifiers.base import Channel, Message, delivery_id
 
 logger = logging.getLogger(__name__)
 
-S = enums.Status
-E = enums.Event
-JOB = models.CronJob._meta.db_table
-EXE = models.CronExecution._meta.db_table
-ALERT = models.Alert._meta.db_table
 
 def send_soon(alert_ids: tuple[int, ...] | list[int]) -> None:
     """Queue a delivery task per alert; if the broker is down, the reconciler sends them later."""

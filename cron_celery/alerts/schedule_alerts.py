@@ -10,18 +10,13 @@ from typing import Any
 
 from celery import shared_task
 
-from cron_celery import conf, enums, exceptions, models
-from cron_celery.alerts.channels import channel, deliverable
+from cron_celery import conf, exceptions
+from cron_celery.alerts.channels import E, channel, deliverable
 from cron_celery.declaring import registry
 from cron_celery.notifiers.base import Channel, Message
 
 logger = logging.getLogger(__name__)
 
-S = enums.Status
-E = enums.Event
-JOB = models.CronJob._meta.db_table
-EXE = models.CronExecution._meta.db_table
-ALERT = models.Alert._meta.db_table
 
 ## Nothing ran and no slot was missed — the job stays on its previous schedule, or paused — so
 # no execution stands behind this alert and it has no outbox row. The problem itself is
