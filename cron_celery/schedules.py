@@ -1,4 +1,6 @@
-"""Slot maths: turning dates and strings into timezone-aware slots, and back."""
+"""Schedules: cron expressions and epoch-aligned intervals, with their DST rules, and the builders
+that read like the sentence they mean (``daily(at(6).am())``, ``every(minutes=15)``). Slot maths is in
+``cron_celery.slots``, the catch-up after downtime in ``cron_celery.catch_up``."""
 
 from __future__ import annotations
 
@@ -9,88 +11,9 @@ import functools
 import re
 import zoneinfo
 
-from cron_celery import exceptions
+from cron_celery import exceptions, slots
 
 UTC = dt.UTC
-#: Said of a time that Python's datetimes cannot hold, in UTC or in the job's timezone.
-OUTSIDE = "outside the calendar (years 1 to 9999, in UTC and in the job's timezone)"
-#: What date arithmetic past year 1 or 9999 raises (``date value out of range``, ``year 10000 is out of range``).
-CALENDAR_ERRORS = (OverflowError, ValueError)
-_DAWN = dt.datetime.min.replace(tzinfo=UTC)
-
-
-def floor_minute(moment: dt.datetime) -> dt.datetime:
-    return moment.replace(second=0, microsecond=0)
-
-
-def slot_for_date(day: dt.date, tz: zoneinfo.ZoneInfo) -> dt.datetime:
-    """The slot a run "for a date" stands for: local midnight of that date, in UTC."""
-    try:
-        return dt.datetime.combine(day, dt.time(0), tzinfo=tz).astimezone(UTC)
-    except CALENDAR_ERRORS:
-        raise exceptions.InvalidSlot(f"its midnight in {tz} is {OUTSIDE}.", value=str(day)) from None
-
-
-def execution_date(slot: dt.datetime, tz: zoneinfo.ZoneInfo) -> dt.date:
-    """The slot's local date in the job's timezone (the batch world's "odate")."""
-    return slot.astimezone(tz).date()
-
-
-def iso(slot: dt.datetime) -> str:
-    """Canonical text of a slot: ISO-8601 in UTC with a ``Z``, whole seconds."""
-    # What strftime("%Y-%m-%dT%H:%M:%SZ") writes (the year unpadded, as glibc's %Y), a tenth the cost:
-    # every run formats its slot (its log context and key).
-    u = slot.astimezone(UTC)
-    return f"{u.year}-{u.month:02d}-{u.day:02d}T{u.hour:02d}:{u.minute:02d}:{u.second:02d}Z"
-
-
-def run_key(code: str, slot: dt.datetime) -> str:
-    """The idempotency key handed to the job: ``"{code}:{slot ISO-8601 UTC}"``."""
-    return f"{code}:{iso(slot)}"
-
-
-def parse_date(value: str) -> dt.date:
-    try:
-        return dt.date.fromisoformat(value.strip())
-    except (ValueError, AttributeError) as exc:
-        raise exceptions.InvalidSlot("expected a date such as 2026-11-29.", value=value) from exc
-
-
-def parse_slot(value: object, tz: zoneinfo.ZoneInfo) -> dt.datetime:
-    """A slot from a datetime, a date (local midnight) or an ISO-8601 string.
-
-    Naive times are read in the job's timezone; the result is aware, in UTC, with
-    microseconds dropped (slots are whole seconds).
-    """
-    moment: dt.datetime
-    if isinstance(value, dt.datetime):
-        moment = value
-    elif isinstance(value, dt.date):
-        return slot_for_date(value, tz)
-    elif isinstance(value, str):
-        text = value.strip()
-        if "\x00" in text or not text.isascii():  # a time is ASCII: fromisoformat would skip a NUL
-            raise exceptions.InvalidSlot("expected an ISO-8601 time such as 2026-11-29T01:00, in ASCII.",
-                                         value=ascii(value)[1:-1])
-        if len(text) == 10:
-            return slot_for_date(parse_date(text), tz)
-        try:
-            moment = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-        except ValueError as exc:
-            raise exceptions.InvalidSlot(
-                "expected an ISO-8601 time such as 2026-11-29T01:00 or 2026-11-29T01:00Z.",
-                value=value,
-            ) from exc
-    else:
-        raise exceptions.InvalidSlot("expected a datetime, a date or a string.", value=value)
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=tz)
-    try:
-        slot = moment.astimezone(UTC).replace(microsecond=0)
-        slot.astimezone(tz)  # its execution date, in the job's timezone, must exist too
-    except CALENDAR_ERRORS:
-        raise exceptions.InvalidSlot(f"the time is {OUTSIDE}.", value=str(value)) from None
-    return slot
 
 
 # --- schedules: cron expressions and epoch-aligned intervals --------------------------------
@@ -178,7 +101,7 @@ class Cron:
         none (it never fires, or not before the calendar ends)."""
         try:
             return self._next_after(moment)
-        except CALENDAR_ERRORS:
+        except slots.CALENDAR_ERRORS:
             raise exceptions.InvalidSchedule(f"no slot after {moment.isoformat()} before the calendar ends",
                                              value=self.expression) from None
 
@@ -206,7 +129,7 @@ class Cron:
                     local = dt.datetime.combine(day, dt.time(hour, minute))
                     if local < floor or (strict and local == floor):
                         continue
-                    instant = resolve_local(day, hour, minute, tz)
+                    instant = slots.resolve_local(day, hour, minute, tz)
                     if instant > moment:
                         return instant
         raise exceptions.InvalidSchedule("it never fires", value=self.expression)
@@ -246,7 +169,7 @@ class Interval:
         try:
             epoch = int(moment.astimezone(UTC).timestamp())
             return dt.datetime.fromtimestamp((epoch // self.seconds + 1) * self.seconds, tz=UTC)
-        except CALENDAR_ERRORS:
+        except slots.CALENDAR_ERRORS:
             raise exceptions.InvalidSchedule(f"no slot after {moment.isoformat()} before the calendar ends",
                                              value=self.expression) from None
 
@@ -273,17 +196,6 @@ def slots_between(
             break
         found.append(moment)
     return found
-
-
-def resolve_local(day: dt.date, hour: int, minute: int, tz: zoneinfo.ZoneInfo) -> dt.datetime:
-    """The UTC instant of a local wall-clock time, by the DST rules of ``Cron``."""
-    naive = dt.datetime.combine(day, dt.time(hour, minute))
-    for step in range(24 * 60):
-        candidate = naive + dt.timedelta(minutes=step)
-        instant = candidate.replace(tzinfo=tz, fold=0).astimezone(UTC)
-        if instant.astimezone(tz).replace(tzinfo=None) == candidate:
-            return instant  # exists; fold=0 is the first of two occurrences
-    raise exceptions.InvalidSchedule(f"no valid local time after {naive} in {tz.key}", value=str(naive))
 
 
 def _zone(name: str) -> zoneinfo.ZoneInfo:
@@ -530,83 +442,3 @@ def from_celery(value: object, timezone: str | None = None) -> Schedule:
         return cron(value, timezone=timezone)
     raise exceptions.InvalidSchedule("expected crontab(...), a cron string, every(...) or a timedelta",
                                      value=repr(value))
-
-
-# --- catch-up after scheduler downtime -------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class CatchUpPlan:
-    """What to do with the slots that fell due since a job was last dispatched."""
-
-    run: list[dt.datetime]  # slots to dispatch now (oldest first)
-    missed: list[dt.datetime]  # slots to record MISSED, never to run
-    next_run_at: dt.datetime  # the first slot still in the future
-    truncated: bool = False  # more slots were due than ``limit``: the rest wait for the next cycle
-    unrecorded_before: dt.datetime | None = None  # older overdue slots were not recorded (long outage)
-    late: bool = False  # ``all`` runs overdue slots: every one of ``run`` is a catch-up, the newest too
-
-
-def plan_catch_up(schedule: Schedule, due_since: dt.datetime, now: dt.datetime, policy: str,
-                  limit: int = 1000, end: dt.datetime | None = None) -> CatchUpPlan:
-    """Split the slots in ``[due_since, now]`` by the catch-up policy.
-
-    ``due_since`` is the job's ``next_run_at``: the first slot not dispatched yet. A slot
-    dispatched within its grace (a minute, or half an interval) is on time and runs under
-    every policy. Overdue slots (the scheduler was down): ``none`` records them all MISSED,
-    ``latest`` runs the most recent and records the rest MISSED, ``all`` runs them all —
-    at most ``limit`` per cycle, the rest in later cycles (``truncated``). After an outage
-    longer than ``limit`` slots, ``none`` and ``latest`` record only the newest ``limit``
-    slots (``unrecorded_before`` says where the record starts), so a week down never
-    writes, or walks, a week of slots.
-
-    ``end`` (a job's ``active_until``): slots at or after it are outside the job's window, neither
-    run nor recorded; ``next_run_at`` is then the first slot past it (the job is due no more).
-    """
-    # The last moment inside the window (none comes before the calendar's first).
-    last = now if end is None or end > now else end - dt.timedelta(microseconds=1) if end > _DAWN else end
-    due: list[dt.datetime] = []
-    slot = due_since
-    while slot <= last and len(due) < limit:
-        due.append(slot)
-        slot = schedule.next_after(slot)
-    truncated = slot <= last
-    if not due:
-        return CatchUpPlan(run=[], missed=[], next_run_at=due_since)
-    if policy == "all":
-        late = len(due) > 1 or truncated or due[0] < now - _grace(schedule)
-        return CatchUpPlan(run=due, missed=[], next_run_at=slot, truncated=truncated, late=late)
-    unrecorded_before = None
-    if truncated:  # more is overdue: keep only the newest ``limit`` slots, found from ``now``
-        due = (due + _newest_slots(schedule, slot, last, limit))[-limit:]
-        unrecorded_before = due[0]
-        slot = schedule.next_after(due[-1])
-    latest = due[-1]
-    on_time = latest >= now - _grace(schedule)
-    if policy == "none" and not on_time:
-        return CatchUpPlan(run=[], missed=due, next_run_at=slot, unrecorded_before=unrecorded_before)
-    return CatchUpPlan(run=[latest], missed=due[:-1], next_run_at=slot, unrecorded_before=unrecorded_before)
-
-
-def _newest_slots(schedule: Schedule, first: dt.datetime, now: dt.datetime, limit: int) -> list[dt.datetime]:
-    """The newest ``limit`` slots in ``[first, now]`` (``first`` is a slot), oldest first,
-    found without walking the whole range: look back from ``now`` over a doubling window."""
-    if isinstance(schedule, Interval):
-        step = dt.timedelta(seconds=schedule.seconds)
-        last = schedule.next_after(now) - step
-        start = max(first, last - step * (limit - 1))
-        return [start + step * i for i in range(int((last - start) / step) + 1)] if last >= start else []
-    window = dt.timedelta(hours=1)
-    while True:
-        start = max(first, now - window)
-        slots = slots_between(schedule, start - dt.timedelta(microseconds=1), now)
-        if len(slots) >= limit or start == first:
-            return slots[-limit:]
-        window *= 2
-
-
-def _grace(schedule: Schedule) -> dt.timedelta:
-    """How late a slot may be dispatched and still count as on time (policy ``none``)."""
-    if isinstance(schedule, Interval):
-        return dt.timedelta(seconds=min(60, max(1, schedule.seconds // 2)))
-    return dt.timedelta(seconds=60)

@@ -12,7 +12,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from cron_celery import beat, schedules
+from cron_celery import beat, catch_up, schedules
 from cron_celery.decisions import dispatch
 from cron_celery.models import CronExecution, CronJob, Status, Trigger
 from tests.conftest import make_job
@@ -29,7 +29,7 @@ def set_next(job_id, when):
 def test_dispatch_inserts_pending_and_missed_rows_and_advances_the_job():
     job, job_id = make_job(catch_up="latest")
     set_next(job_id, SLOT - 2 * HOUR)
-    plan = schedules.plan_catch_up(schedules.cron("0 * * * *"), SLOT - 2 * HOUR, SLOT + dt.timedelta(seconds=5),
+    plan = catch_up.plan_catch_up(schedules.cron("0 * * * *"), SLOT - 2 * HOUR, SLOT + dt.timedelta(seconds=5),
                                    "latest")
     done = dispatch.dispatch(job=job, job_id=job_id, expected_next_run_at=SLOT - 2 * HOUR,
                            next_run_at=plan.next_run_at, run=plan.run, missed=plan.missed)

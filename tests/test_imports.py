@@ -30,13 +30,15 @@ ALLOWED: dict[tuple[str, str], str] = {}
 ROOMS = ("top", "declaring", "decisions", "run", "notifiers", "alerts", "beat", "reconciler", "web", "admin", "entry")
 #: The top level's base, beneath every room: settings, the enums, the exceptions, the models, the schedules.
 BASE = frozenset({"cron_celery.conf", "cron_celery.enums", "cron_celery.exceptions", "cron_celery.models",
-                  "cron_celery.schedules", "cron_celery.check_errors", "cron_celery.spelling"})
+                  "cron_celery.schedules", "cron_celery.check_errors", "cron_celery.spelling",
+                  "cron_celery.slots", "cron_celery.catch_up"})
 #: The top level's public paths of modules that live in a room (each re-exports its room's module).
 PUBLIC_PATHS = {"cron_celery.events": "cron_celery.run.events", "cron_celery.signals": "cron_celery.alerts.signals",
                 "cron_celery.audit": "cron_celery.decisions.audit"}
 
 #: Modules a job declaration or a Redis lock depends on: none of them may reach the ORM.
-DECLARATIONS = ("cron_celery.enums", "cron_celery.declaring.registry", "cron_celery.run.locks", "cron_celery.schedules")
+DECLARATIONS = ("cron_celery.enums", "cron_celery.declaring.registry", "cron_celery.run.locks", "cron_celery.schedules",
+                "cron_celery.slots", "cron_celery.catch_up")
 
 
 def module_names() -> dict[str, Path]:
@@ -262,7 +264,7 @@ MODULE_LINES, FUNCTION_LINES = 450, 80
 #: added; the next part of the house's work splits them, and each leaves this list as it does.
 OVERSIZED = {
     "cron_celery/models.py": 459,
-    "cron_celery/run/runs.py": 486, "cron_celery/schedules.py": 612,
+    "cron_celery/run/runs.py": 486,
     "bench/beat_scale.py": 966, "bench/latency.py": 788, "bench/locks.py": 514, "bench/overhead.py": 886,
     "bench/sections.py": 1064, "scripts/dashboard_picture": 901,
     "bench/beat_scale.py:main": 89, "bench/history.py:seed": 81, "bench/history.py:main": 87,

@@ -22,7 +22,7 @@ import pytest
 from celery.contrib.testing.worker import start_worker
 from django.core.management import CommandError, call_command
 
-from cron_celery import exceptions, schedules
+from cron_celery import exceptions, slots
 from cron_celery.models import CronExecution, Status
 from tests.celery_app import app
 from tests.conftest import ROOT, subprocess_env, wait_for
@@ -172,8 +172,8 @@ def test_a_delay_naming_a_slot_outside_the_calendar_is_refused_in_the_caller_bef
 
 
 def test_the_calendar_ends_are_invalid_slots_not_overflows():
-    amsterdam = schedules.parse_slot("2026-01-01", tasks.nightly_report.job.tzinfo).tzinfo
+    amsterdam = slots.parse_slot("2026-01-01", tasks.nightly_report.job.tzinfo).tzinfo
     assert amsterdam is dt.UTC
     for value in ("0001-01-01T00:00", dt.date(1, 1, 1), dt.datetime(1, 1, 1, 0, 0)):
         with pytest.raises(exceptions.InvalidSlot, match="calendar"):
-            schedules.parse_slot(value, tasks.nightly_report.job.tzinfo)
+            slots.parse_slot(value, tasks.nightly_report.job.tzinfo)

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from celery.contrib.testing.worker import start_worker
 
-from cron_celery import schedules
+from cron_celery import slots
 from cron_celery.decisions import dispatch, oneoffs
 from cron_celery.decisions import jobs as job_rows
 from cron_celery.models import CronExecution, CronJob, Status, Trigger
@@ -119,7 +119,7 @@ def test_the_beats_rows_run_with_the_periodic_tasks_values(worker, marker):
 
 
 def test_a_direct_call_checks_its_keyword_arguments_and_keeps_them_on_the_row(worker, marker):
-    jobs_params.param_report.delay(slot=schedules.iso(SLOT), region="us", day=dt.date(2026, 11, 30).isoformat())
+    jobs_params.param_report.delay(slot=slots.iso(SLOT), region="us", day=dt.date(2026, 11, 30).isoformat())
     wait_for(lambda: CronExecution.objects.filter(task_code=REPORT.code, completed=True).exists(),
              what="the direct call")
     row = CronExecution.objects.get(task_code=REPORT.code)

@@ -19,7 +19,7 @@ from django.conf import settings
 from django.db import connection
 from django.test import override_settings
 
-from cron_celery import checks, conf, exceptions, reconciler, schedules
+from cron_celery import checks, conf, exceptions, reconciler, slots
 from cron_celery.decisions import claims, dispatch, executions, finishes, leadership, repairs
 from cron_celery.decisions import jobs as job_rows
 from cron_celery.declaring import registry
@@ -391,7 +391,7 @@ def test_an_expired_run_with_attempts_left_is_lost_retried_and_sent_again(queue)
     (headers,) = queue.headers()
     assert headers["task"] == job.task_name
     assert (headers[tasks.HEADER_EXECUTION], headers[tasks.HEADER_SLOT], headers[tasks.HEADER_TRIGGER]) == (
-        execution_id, schedules.iso(SLOT), Trigger.BEAT)
+        execution_id, slots.iso(SLOT), Trigger.BEAT)
     assert CronJob.objects.get(id=job_id).consecutive_failures == 0
 
 
@@ -576,7 +576,7 @@ def overdue(catch_up, schedule=HOURLY, next_run_at=EIGHT):
     return job, job_id
 
 
-def slots(job_id, status):
+def slots_of(job_id, status):
     return list(CronExecution.objects.filter(job_id=job_id, status=status).order_by("slot")
                 .values_list("slot", flat=True))
 
@@ -589,7 +589,7 @@ def hours(*values):
 def test_undispatched_slots_under_none_are_all_missed_and_the_job_advances():
     _job, job_id = overdue("none")
     assert reconciler.run_pass(NOW) == report(missed=5)
-    assert slots(job_id, Status.MISSED) == hours(8, 9, 10, 11, 12)
+    assert slots_of(job_id, Status.MISSED) == hours(8, 9, 10, 11, 12)
     assert CronExecution.objects.filter(job_id=job_id).count() == 5
     r = CronExecution.objects.filter(job_id=job_id).first()
     assert r is not None and (r.trigger, r.run_number, r.completed, r.success) == (Trigger.BEAT, 1, True, None)
@@ -602,7 +602,7 @@ def test_undispatched_slots_under_none_are_all_missed_and_the_job_advances():
 def test_undispatched_slots_under_latest_leave_the_newest_for_beat():
     _job, job_id = overdue("latest")
     assert reconciler.run_pass(NOW) == report(missed=4)
-    assert slots(job_id, Status.MISSED) == hours(8, 9, 10, 11)
+    assert slots_of(job_id, Status.MISSED) == hours(8, 9, 10, 11)
     assert CronExecution.objects.filter(job_id=job_id).exclude(status=Status.MISSED).count() == 0
     assert CronJob.objects.get(id=job_id).next_run_at == NOW.replace(hour=12, minute=0)
 
@@ -625,7 +625,7 @@ def test_an_interval_job_records_its_missed_slots_too():
     # cutoff 12:30: 11:00 ... 12:30 is ten slots; the last is exactly at the cutoff, so on time
     # (within half an interval): it is left for beat and the nine before it are MISSED.
     report_ = reconciler.run_pass(NOW)
-    missed = slots(job_id, Status.MISSED)
+    missed = slots_of(job_id, Status.MISSED)
     assert report_ == report(missed=len(missed))
     assert missed == [NOW.replace(hour=11, minute=0) + dt.timedelta(minutes=10 * i) for i in range(9)]
     assert CronJob.objects.get(id=job_id).next_run_at == NOW.replace(hour=12, minute=30)
@@ -810,5 +810,5 @@ def test_overdue_catch_up_all_jobs_do_not_starve_the_others_of_their_missed_slot
     _job, none_id = overdue("none")
     for _ in range(3):
         reconciler.run_pass(NOW)
-    assert slots(none_id, Status.MISSED) == hours(8, 9, 10, 11, 12)
+    assert slots_of(none_id, Status.MISSED) == hours(8, 9, 10, 11, 12)
 

@@ -189,7 +189,7 @@ def test_a_whole_year_of_every_fifteen_minutes_has_no_duplicates_or_holes_outsid
 
 # --- catch-up ---------------------------------------------------------------------------
 
-from cron_celery.schedules import plan_catch_up  # noqa: E402
+from cron_celery.catch_up import plan_catch_up  # noqa: E402
 
 HOURLY = cron("0 * * * *")
 

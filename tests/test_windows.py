@@ -18,7 +18,8 @@ from django.test.utils import CaptureQueriesContext
 from django_celery_beat.models import PeriodicTask
 from prometheus_client.parser import text_string_to_metric_families
 
-from cron_celery import beat, exceptions, reconciler, schedules
+from cron_celery import beat, exceptions, reconciler
+from cron_celery import slots as slot_maths
 from cron_celery.beat import health, schedule_sync
 from cron_celery.decisions import dispatch
 from cron_celery.declaring import registry
@@ -296,7 +297,7 @@ def ended_job(declare: object, code: str, queue: Queue) -> tuple[CronJob, dt.dat
     assert scheduler.dispatch_due() == scheduler.tick_seconds  # edits taken in, the window's slots sent: idle
     slots = [closes - dt.timedelta(seconds=n) for n in range(4, 0, -1)]
     assert list(CronExecution.objects.filter(job_id=row.id).order_by("slot").values_list("slot", flat=True)) == slots
-    assert [headers["cron_slot"] for headers in queue.headers()] == [schedules.iso(slot) for slot in slots]
+    assert [headers["cron_slot"] for headers in queue.headers()] == [slot_maths.iso(slot) for slot in slots]
     row.refresh_from_db()
     assert (row.next_run_at, row.due_at, row.active_until, row.paused) == (closes, None, closes, False)
     return row, closes, scheduler
@@ -372,7 +373,7 @@ def test_an_edit_that_reopens_an_ended_window_makes_the_job_due_again_and_the_be
     assert row.active_until == reopened and row.due_at is not None and row.due_at > edited
     new = list(CronExecution.objects.filter(job_id=row.id, slot__gt=closes).values_list("slot", flat=True))
     assert all(slot > edited - dt.timedelta(seconds=1) for slot in new), new  # afresh: no slot of the gap
-    assert {schedules.iso(slot) for slot in new} <= {headers["cron_slot"] for headers in queue.headers()}
+    assert {slot_maths.iso(slot) for slot in new} <= {headers["cron_slot"] for headers in queue.headers()}
     assert scraped(row) == (1.0, 0.0)
     # Disabled in the admin: paused at once, so its edit waiting for a beat needs none.
     task.refresh_from_db()

@@ -9,7 +9,7 @@ import pytest
 from celery import signals
 from celery.contrib.testing.worker import start_worker
 
-from cron_celery import models, schedules
+from cron_celery import models, slots
 from cron_celery.decisions import dispatch
 from cron_celery.decisions import jobs as job_rows
 from cron_celery.models import CronExecution, Status, Trigger
@@ -55,7 +55,7 @@ def enqueue(task_job, slot=SLOT, task_id=None, **extra_headers):
     job = task_job.job
     execution_id, _ = dispatch.enqueue(job=job, job_id=job_rows.job_id(job), slot=slot,
                                      execution_date=slot.date(), trigger=Trigger.ENQUEUE)
-    headers = {tasks.HEADER_SLOT: schedules.iso(slot), tasks.HEADER_EXECUTION: execution_id,
+    headers = {tasks.HEADER_SLOT: slots.iso(slot), tasks.HEADER_EXECUTION: execution_id,
                tasks.HEADER_TRIGGER: Trigger.ENQUEUE, **extra_headers}
     result = app.send_task(job.task_name, headers=headers, task_id=task_id)
     return execution_id, result.id
@@ -99,7 +99,7 @@ def test_a_redelivered_message_of_a_finished_execution_does_nothing_and_raises_n
     before = list(CronExecution.objects.values())
     # The broker hands the very same message (same task id, same headers) to a worker again.
     app.send_task(jobs.calc_commission.name, task_id=task_id, headers={
-        tasks.HEADER_SLOT: schedules.iso(SLOT), tasks.HEADER_EXECUTION: execution_id,
+        tasks.HEADER_SLOT: slots.iso(SLOT), tasks.HEADER_EXECUTION: execution_id,
         tasks.HEADER_TRIGGER: Trigger.ENQUEUE})
     wait_for(lambda: len(signals_seen["success"]) == 2, what="the redelivery to be handled")
     assert list(CronExecution.objects.values()) == before

@@ -19,7 +19,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from cron_celery import enums, exceptions, models, schedules
+from cron_celery import enums, exceptions, models, slots
 from cron_celery.admin.base import ReadOnly, declaration_of, declared_or_say
 from cron_celery.admin.forms import BackfillForm, OneOffForm, ParamsForm
 from cron_celery.admin.schedule_changes import username
@@ -144,7 +144,7 @@ class JobActions(ReadOnly):
             data = form.cleaned_data
 
             def record(job: models.CronJob, declared: registry.Job) -> SafeString:
-                at = schedules.parse_slot(data["at"], declared.tzinfo)
+                at = slots.parse_slot(data["at"], declared.tzinfo)
                 recorded = tasks.schedule_one_off(declared, at, force=data["force"])
                 return format_html(
                     '{}: one-off run at {} recorded (execution {}); the beat sends it then. '

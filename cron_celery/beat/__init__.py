@@ -38,7 +38,7 @@ from django_celery_beat.schedulers import DatabaseScheduler
 from pottery import Redlock
 from pottery.exceptions import ExtendUnlockedLock, QuorumIsImpossible, ReleaseUnlockedLock
 
-from cron_celery import check_errors, conf, schedules
+from cron_celery import catch_up, check_errors, conf, schedules, slots
 from cron_celery.beat import health, publishing, schedule_problems, schedule_sync
 from cron_celery.decisions import audit, dispatch, leadership, oneoffs, repairs
 from cron_celery.run import locks, outcomes, tasks
@@ -191,16 +191,16 @@ def log_round(jobs: dict[int, dispatch.DueJob], decisions: list[dispatch.Decisio
     for decision in decisions:
         job = jobs[decision.job_id]
         for slot in decision.run:
-            logger.debug("cron_celery beat: %s %s dispatched", job.name, schedules.iso(slot))
+            logger.debug("cron_celery beat: %s %s dispatched", job.name, slots.iso(slot))
         if decision.missed:
             logger.info("cron job %s: %d slot(s) recorded MISSED, %s to %s: not dispatched in time (the beat "
                         "was not running or was behind), and catch_up=%s does not run them late", job.name,
-                        len(decision.missed), schedules.iso(min(decision.missed)), schedules.iso(max(decision.missed)),
+                        len(decision.missed), slots.iso(min(decision.missed)), slots.iso(max(decision.missed)),
                         job.catch_up)
             for slot in decision.missed:
-                logger.debug("cron_celery beat: %s %s recorded MISSED", job.name, schedules.iso(slot))
+                logger.debug("cron_celery beat: %s %s recorded MISSED", job.name, slots.iso(slot))
 
-def plan(row: dispatch.DueJob, now: dt.datetime, plans: dict[PlanKey, schedules.CatchUpPlan | None],
+def plan(row: dispatch.DueJob, now: dt.datetime, plans: dict[PlanKey, catch_up.CatchUpPlan | None],
          parsed: dict[tuple[str, str], schedules.Schedule],
          problems: dict[int, str] | None = None) -> dispatch.Decision | None:
     """The decision for one due job. ``plans`` shares the work between jobs with the same
@@ -210,7 +210,7 @@ def plan(row: dispatch.DueJob, now: dt.datetime, plans: dict[PlanKey, schedules.
     A job whose stored schedule cannot be planned gets no decision (and never raises, so
     the other jobs of the batch are dispatched); with ``problems`` its reason is put there
     by job id, for the caller to set the job aside. Execution dates are read in the job's
-    timezone, like every other writer's (``schedules.execution_date``).
+    timezone, like every other writer's (``slots.execution_date``).
 
     A job with jitter is planned as of ``now`` minus its offset: a slot is due once its offset
     has passed, and it is late (catch-up) only if it is late by more than its grace after that.
@@ -230,7 +230,7 @@ def plan(row: dispatch.DueJob, now: dt.datetime, plans: dict[PlanKey, schedules.
             first = row.next_run_at
             if row.active_from is not None and first < row.active_from:  # slots before the window: never
                 first = schedule.next_after(row.active_from - dt.timedelta(microseconds=1))
-            plans[key] = schedules.plan_catch_up(schedule, first, as_of, row.catch_up,
+            plans[key] = catch_up.plan_catch_up(schedule, first, as_of, row.catch_up,
                                                  limit=conf.settings.CATCH_UP_LIMIT, end=row.active_until)
         except Exception as error:  # one job's bad row must not stop the batch
             logger.error("cron job %s: its schedule %r (%s) cannot be planned: %s", row.name, row.schedule,
@@ -248,7 +248,7 @@ def plan(row: dispatch.DueJob, now: dt.datetime, plans: dict[PlanKey, schedules.
         return None
     if planned.unrecorded_before is not None:
         logger.warning("cron job %s: down since %s; slots before %s are not recorded as MISSED",
-                       row.name, schedules.iso(row.next_run_at), schedules.iso(planned.unrecorded_before))
+                       row.name, slots.iso(row.next_run_at), slots.iso(planned.unrecorded_before))
     run, missed, last = planned.run, planned.missed, False
     if row.one_off and run:  # django-celery-beat's one_off: this slot, and no other, then disabled
         run, missed, last = run[-1:], [], True
@@ -347,7 +347,7 @@ class Scheduler(DatabaseScheduler):  # type: ignore[misc]
             due = dispatch.due_jobs(now, limit=conf.settings.BEAT_BATCH)
             if not due and not one_offs:  # what was due is being taken elsewhere (a row another beat holds)
                 return self.tick_seconds
-            plans: dict[PlanKey, schedules.CatchUpPlan | None] = {}
+            plans: dict[PlanKey, catch_up.CatchUpPlan | None] = {}
             problems: dict[int, str] = {}
             decisions = [decision for row in due if (decision := self.plan(row, now, plans, problems)) is not None]
             if problems:  # no longer due: they would come back every round, ahead of the others
@@ -373,7 +373,7 @@ class Scheduler(DatabaseScheduler):  # type: ignore[misc]
             if time.monotonic() > deadline:
                 return 0.0
 
-    def plan(self, row: dispatch.DueJob, now: dt.datetime, plans: dict[PlanKey, schedules.CatchUpPlan | None],
+    def plan(self, row: dispatch.DueJob, now: dt.datetime, plans: dict[PlanKey, catch_up.CatchUpPlan | None],
              problems: dict[int, str] | None = None) -> dispatch.Decision | None:
         return plan(row, now, plans, self._schedules, problems)
 
@@ -413,7 +413,7 @@ class Scheduler(DatabaseScheduler):  # type: ignore[misc]
                 for due in taken:
                     sender.send(due.task, tasks.headers(due.execution_id, due.slot, oneoffs.ONE_OFF, force=due.force),
                                 due.celery_task_id)
-                    logger.info("cron_celery beat: one-off run %s (execution %d) sent", schedules.iso(due.slot),
+                    logger.info("cron_celery beat: one-off run %s (execution %d) sent", slots.iso(due.slot),
                                 due.execution_id)
                     sent += 1
         except Exception:

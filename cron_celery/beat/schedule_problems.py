@@ -20,7 +20,7 @@ from django.db import connection, transaction
 from django.db.models import F
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
-from cron_celery import exceptions, models, schedules
+from cron_celery import exceptions, models, schedules, slots
 from cron_celery.alerts import schedule_alerts
 from cron_celery.decisions import audit, edit_writes, executions
 from cron_celery.declaring import params, registry, storable
@@ -142,8 +142,8 @@ def refuse_past_the_end(next_at: dt.datetime | None, opens: dt.datetime | None, 
     try:
         latest + dt.timedelta(milliseconds=jitter_ms)
     except OverflowError:
-        raise exceptions.InvalidSchedule(f"{schedules.iso(latest)} plus its jitter ({jitter_ms} ms) is after the "
-                                         "calendar ends", value=schedules.iso(latest)) from None
+        raise exceptions.InvalidSchedule(f"{slots.iso(latest)} plus its jitter ({jitter_ms} ms) is after the "
+                                         "calendar ends", value=slots.iso(latest)) from None
 
 
 def previous_next(stored: str, stored_tz: str, now: dt.datetime) -> dt.datetime | None:

@@ -27,7 +27,7 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 from django_celery_beat.models import CrontabSchedule, IntervalSchedule, PeriodicTask, PeriodicTasks
 
-from cron_celery import exceptions, models, schedules
+from cron_celery import exceptions, models, schedules, slots
 from cron_celery.beat import schedule_problems
 from cron_celery.decisions import audit, dependencies, edit_writes, executions, jobs, removals
 from cron_celery.declaring import registry
@@ -316,7 +316,7 @@ def _taken_in(row: tuple[Any, ...], readings: dict[tuple[object, object], schedu
                 move, next_at = True, opening(effective, reading.first, opens)
                 if stored and changed:  # an edit, not a job's first schedule
                     logger.info("cron job %s: schedule %s; next slot %s", name, effective,
-                                schedules.iso(next_at) if next_at else "-")
+                                slots.iso(next_at) if next_at else "-")
             if known_problem and not refused:
                 logger.warning("cron job %s: its schedule can drive it again (%s)", name, effective)
         else:
@@ -359,7 +359,7 @@ def opening(schedule: schedules.Schedule, first: dt.datetime | None, opens: dt.d
     try:
         return schedule.next_after(opens - dt.timedelta(microseconds=1))
     except exceptions.InvalidSchedule:
-        raise exceptions.InvalidSchedule(f"its window opens at {schedules.iso(opens)}, and the schedule has no slot "
+        raise exceptions.InvalidSchedule(f"its window opens at {slots.iso(opens)}, and the schedule has no slot "
                                          "after that before the calendar ends", value=schedule.expression) from None
 
 

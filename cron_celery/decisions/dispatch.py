@@ -126,7 +126,7 @@ def set_celery_task_id(execution_id: int, celery_task_id: str) -> None:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Decision:
-    """A scheduler's plan for one due job (see ``schedules.plan_catch_up``)."""
+    """A scheduler's plan for one due job (see ``catch_up.plan_catch_up``)."""
 
     job_id: int
     expected_next_run_at: dt.datetime | None  # what the scheduler read; the advance is conditional on it

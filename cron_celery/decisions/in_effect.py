@@ -9,7 +9,7 @@ import datetime as dt
 
 from django.utils import timezone
 
-from cron_celery import exceptions, models, schedules
+from cron_celery import exceptions, models, schedules, slots
 from cron_celery.declaring import registry
 
 
@@ -53,17 +53,17 @@ def slot_for(job: registry.Job, day: str | None = None, at: str | None = None) -
     given), else the job's first slot on ``day`` (default: today in the job's timezone) by
     the schedule in effect. Raises ``InvalidSlot`` with what to do instead."""
     if at:
-        slot = schedules.parse_slot(at, job.tzinfo)
-        if day and schedules.execution_date(slot, job.tzinfo) != schedules.parse_date(day):
+        slot = slots.parse_slot(at, job.tzinfo)
+        if day and slots.execution_date(slot, job.tzinfo) != slots.parse_date(day):
             raise exceptions.InvalidSlot(
-                f"--at falls on {schedules.execution_date(slot, job.tzinfo)} in "
+                f"--at falls on {slots.execution_date(slot, job.tzinfo)} in "
                 f"{job.timezone}, not on {day}.", value=at)
         return slot
-    date = schedules.parse_date(day) if day else dt.datetime.now(job.tzinfo).date()
+    date = slots.parse_date(day) if day else dt.datetime.now(job.tzinfo).date()
     try:
         first = slots_of(job).first_slot_on(date)
-    except (exceptions.InvalidSchedule, *schedules.CALENDAR_ERRORS):  # at either end of the calendar
-        raise exceptions.InvalidSlot(f"job {job.name!r} has no slot on {date} {schedules.OUTSIDE}.",
+    except (exceptions.InvalidSchedule, *slots.CALENDAR_ERRORS):  # at either end of the calendar
+        raise exceptions.InvalidSlot(f"job {job.name!r} has no slot on {date} {slots.OUTSIDE}.",
                                      value=day or str(date)) from None
     if first is None:
         raise exceptions.InvalidSlot(

@@ -14,7 +14,7 @@ import threading
 import zoneinfo
 from collections.abc import Mapping
 
-from cron_celery import conf, enums, exceptions, schedules
+from cron_celery import conf, enums, exceptions, schedules, slots
 from cron_celery.declaring import options, params
 
 NAME_RE, CODE_RE = options.NAME_RE, options.CODE_RE
@@ -109,11 +109,11 @@ class Job:
 
     def first_slot_on(self, day: dt.date) -> dt.datetime | None:
         """The job's first slot on a local date: its schedule's, or local midnight."""
-        midnight = schedules.slot_for_date(day, self.tzinfo)
+        midnight = slots.slot_for_date(day, self.tzinfo)
         if self.schedule is None:
             return midnight
         slot = self.schedule.next_after(midnight - dt.timedelta(seconds=1))
-        return slot if schedules.execution_date(slot, self.tzinfo) == day else None
+        return slot if slots.execution_date(slot, self.tzinfo) == day else None
 
     def next_slot(self, after: dt.datetime) -> dt.datetime | None:
         return self.schedule.next_after(after) if self.schedule is not None else None

@@ -79,7 +79,7 @@ from typing import Any
 from celery import current_app, shared_task, signals
 from django.db import DatabaseError, close_old_connections, connection, transaction
 
-from cron_celery import alerts, beat, conf, enums, schedules
+from cron_celery import alerts, beat, catch_up, conf, enums, schedules, slots
 from cron_celery.alerts import delivery
 from cron_celery.decisions import dependencies, dispatch, leadership, removals, repairs, resends, timing
 from cron_celery.declaring import registry
@@ -178,7 +178,7 @@ def _timing(report: Report, batch: int) -> None:
         for found in flagged:
             logger.warning("execution %s of %s: %s (since %s)", found.execution_id, found.task_name,
                            "not started by its start_deadline" if event == enums.Event.LATE
-                           else "running past its max_runtime", schedules.iso(found.since),
+                           else "running past its max_runtime", slots.iso(found.since),
                            extra={"execution": found.execution_id})
         if event == enums.Event.LATE:
             report.late += len(flagged)
@@ -229,7 +229,7 @@ def _stranded(report: Report, options: dict[str, Any], me: str) -> None:
         return
     limit = int(options["REPUBLISH_LIMIT"])
     late: list[tuple[dt.datetime, int]] = []
-    for (execution_id, job_id, slot, status, trigger, republished, task_id, task_name, catch_up, waits,
+    for (execution_id, job_id, slot, status, trigger, republished, task_id, task_name, job_catch_up, waits,
          newer, created_at) in rows:
         verdict = verdicts.get(task_id, inflight.GONE) if task_id else inflight.GONE
         if verdict == inflight.QUEUED:
@@ -246,7 +246,7 @@ def _stranded(report: Report, options: dict[str, Any], me: str) -> None:
                 if resends.held(execution_id, republished, grace):
                     report.capped += 1
                 continue
-            sent_as = _resent_as(job_id, execution_id, status, trigger, catch_up)
+            sent_as = _resent_as(job_id, execution_id, status, trigger, job_catch_up)
             if sent_as and _send(task_name, execution_id, slot, sent_as, task_id or None) and resends.counted(
                     execution_id, republished, grace):
                 report.resent += 1
@@ -258,8 +258,8 @@ def _stranded(report: Report, options: dict[str, Any], me: str) -> None:
                 report.resent += 1
             continue
         by_beat = status == S.PENDING and trigger in (enums.Trigger.BEAT, enums.Trigger.CATCH_UP)
-        if by_beat and (catch_up == enums.CatchUp.NONE or (catch_up == enums.CatchUp.LATEST and newer)):
-            policy = "its catch-up policy is 'none'" if catch_up == enums.CatchUp.NONE else \
+        if by_beat and (job_catch_up == enums.CatchUp.NONE or (job_catch_up == enums.CatchUp.LATEST and newer)):
+            policy = "its catch-up policy is 'none'" if job_catch_up == enums.CatchUp.NONE else \
                 "a newer slot was dispatched since (catch-up 'latest')"
             if outcomes.unstarted(
                 registry.by_task_name(task_name), job_id=job_id, execution_id=execution_id, slot=slot,
@@ -277,7 +277,7 @@ def _stranded(report: Report, options: dict[str, Any], me: str) -> None:
             ):
                 report.abandoned += 1
             continue
-        sent_as = _resent_as(job_id, execution_id, status, trigger, catch_up)
+        sent_as = _resent_as(job_id, execution_id, status, trigger, job_catch_up)
         if sent_as and _send(task_name, execution_id, slot, sent_as, task_id or None):  # counted only once sent
             repairs.mark_resent(execution_id)
             report.resent += 1
@@ -291,11 +291,11 @@ def _stranded(report: Report, options: dict[str, Any], me: str) -> None:
                        "where their messages are (a backlog?): left waiting, not sent again", report.capped, limit)
 
 
-def _resent_as(job_id: int, execution_id: int, status: str, trigger: str, catch_up: str) -> str:
+def _resent_as(job_id: int, execution_id: int, status: str, trigger: str, job_catch_up: str) -> str:
     """The trigger a stranded execution is sent again with: its own, except for a beat slot of a
     catch-up ``all`` job, which runs late and so is sent as a catch-up (``repairs.as_catch_up``,
     written before the send); '' when it no longer waits to start."""
-    if status == S.PENDING and trigger == enums.Trigger.BEAT and catch_up == enums.CatchUp.ALL:
+    if status == S.PENDING and trigger == enums.Trigger.BEAT and job_catch_up == enums.CatchUp.ALL:
         return enums.Trigger.CATCH_UP if repairs.as_catch_up(job_id, execution_id) else ""
     return trigger
 
@@ -339,7 +339,7 @@ def _send(task_name: str, execution_id: int, slot: dt.datetime, trigger: str, ta
 def _undispatched(report: Report, now: dt.datetime, options: dict[str, Any]) -> None:
     cutoff = now - dt.timedelta(seconds=float(options["MISSED_GRACE"]))
     due = dispatch.due_jobs(cutoff, limit=int(options["BATCH"]), skip_catch_up=enums.CatchUp.ALL)
-    plans: dict[beat.PlanKey, schedules.CatchUpPlan | None] = {}
+    plans: dict[beat.PlanKey, catch_up.CatchUpPlan | None] = {}
     parsed: dict[tuple[str, str], schedules.Schedule] = {}
     decisions = []
     for row in due:

@@ -22,7 +22,7 @@ import logging
 
 from celery import current_app, shared_task
 
-from cron_celery import enums, exceptions, models, schedules
+from cron_celery import enums, exceptions, models, schedules, slots
 from cron_celery.decisions import dispatch, in_effect, jobs
 from cron_celery.declaring import registry
 from cron_celery.run import tasks
@@ -44,8 +44,8 @@ class Plan:
 
 def plan(job: registry.Job, start: str | dt.date, end: str | dt.date, *, force: bool = False,
          limit: int = LIMIT, cascade: bool = False) -> Plan:
-    first = start if isinstance(start, dt.date) else schedules.parse_date(start)
-    last = end if isinstance(end, dt.date) else schedules.parse_date(end)
+    first = start if isinstance(start, dt.date) else slots.parse_date(start)
+    last = end if isinstance(end, dt.date) else slots.parse_date(end)
     if last < first:
         raise exceptions.InvalidSlot(f"the range ends ({last}) before it starts ({first}).", value=str(end))
     schedule = in_effect.in_effect(job).schedule
@@ -55,27 +55,27 @@ def plan(job: registry.Job, start: str | dt.date, end: str | dt.date, *, force: 
     if schedule is None:
         raise exceptions.InvalidSlot(f"job {job.name!r} has no schedule; run single slots with run_cron_task --at.",
                                      value=job.name)
-    begins = schedules.slot_for_date(first, job.tzinfo)
-    ends = schedules.slot_for_date(last + dt.timedelta(days=1), job.tzinfo)  # the range: [begins, ends)
+    begins = slots.slot_for_date(first, job.tzinfo)
+    ends = slots.slot_for_date(last + dt.timedelta(days=1), job.tzinfo)  # the range: [begins, ends)
     opens, closes = models.CronJob.objects.filter(code=job.code).values_list("active_from", "active_until").first() \
         or (job.active_from, job.active_until)
     lower, upper = max(begins, opens or begins), min(ends, closes or ends)  # inside the job's active window
     tick = dt.timedelta(microseconds=1)
-    slots = schedules.slots_between(schedule, lower - tick, upper - tick, limit=limit + 1) if lower < upper else []
+    chosen = schedules.slots_between(schedule, lower - tick, upper - tick, limit=limit + 1) if lower < upper else []
     outside = 0
     if (lower, upper) != (begins, ends):  # the window's slots only: those outside it were never the job's
-        outside = len(schedules.slots_between(schedule, begins - tick, ends - tick, limit=10 * limit)) - len(slots)
-    if len(slots) > limit:
+        outside = len(schedules.slots_between(schedule, begins - tick, ends - tick, limit=10 * limit)) - len(chosen)
+    if len(chosen) > limit:
         raise exceptions.InvalidSlot(
             f"{first}..{last} holds more than {limit} slots of {job.name}; backfill a shorter range (or raise "
             "--limit).", value=f"{first}..{last}")
-    if force or not slots:
-        return Plan(slots=slots, done=[], cascade=cascade, outside=outside)
+    if force or not chosen:
+        return Plan(slots=chosen, done=[], cascade=cascade, outside=outside)
     taken = set(models.CronExecution.objects.filter(  # a run with parameters a person gave is not the slot's run
-        task_code=job.code, slot__in=slots, params_given=False,
+        task_code=job.code, slot__in=chosen, params_given=False,
         status__in=[enums.Status.SUCCEEDED, enums.Status.PENDING, enums.Status.RUNNING, enums.Status.RETRYING],
     ).values_list("slot", flat=True))
-    return Plan(slots=[slot for slot in slots if slot not in taken], done=sorted(taken), cascade=cascade,
+    return Plan(slots=[slot for slot in chosen if slot not in taken], done=sorted(taken), cascade=cascade,
                 outside=outside)
 
 
@@ -95,7 +95,7 @@ def publish(job: registry.Job, rows: list[dispatch.ToPublish], total: int | None
         except Exception as error:
             raise exceptions.BackfillInterrupted(
                 f"({type(error).__name__}: {error})", sent=done, total=total or len(rows),
-                slot=schedules.iso(row.slot)) from error
+                slot=slots.iso(row.slot)) from error
     return len(rows)
 
 
@@ -128,7 +128,7 @@ def start(job: registry.Job, planned: Plan) -> Started:
         except Exception as error:
             raise exceptions.BackfillInterrupted(
                 f"({type(error).__name__}: {error})", sent=sent, total=len(rows),
-                slot=schedules.iso(later[0].slot)) from error
+                slot=slots.iso(later[0].slot)) from error
     return Started(recorded=len(rows), sent=sent, handed_over=len(later))
 
 

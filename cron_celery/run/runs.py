@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from django.db import DatabaseError, DataError, InterfaceError, OperationalError, connection, transaction
 
-from cron_celery import conf, enums, exceptions, schedules
+from cron_celery import conf, enums, exceptions, slots
 from cron_celery.decisions import claims, executions, finishes, heartbeats, jobs
 from cron_celery.declaring import params, registry
 from cron_celery.run import callers, identity, leases, limits, locks, outcomes, retries, shutdown
@@ -286,11 +286,11 @@ def _take(job: registry.Job, slot: dt.datetime, trigger: str, *, execution_id: i
           params_given: bool) -> _Attempt:
     """The job's lock (overlap-skip and rate-limited jobs), then the claim; the lock is kept only by a
     run that was claimed."""
-    extra: dict[str, object] = {"job": job.code, "slot": schedules.iso(slot), "execution": execution_id}
+    extra: dict[str, object] = {"job": job.code, "slot": slots.iso(slot), "execution": execution_id}
     job_lock = locks.for_job(job)
     lock_state = job_lock.acquire(extra) if job_lock is not None else ""
     try:
-        claim = _claim(job, slot, schedules.execution_date(slot, job.tzinfo), execution_id, extra, trigger=trigger,
+        claim = _claim(job, slot, slots.execution_date(slot, job.tzinfo), execution_id, extra, trigger=trigger,
                        force=force, rerun=rerun, celery_task_id=celery_task_id,
                        lease_seconds=conf.settings.LEASE_SECONDS, lock_busy=lock_state == locks.BUSY,
                        given=dict(given) if given else None, params_given=params_given)
@@ -322,7 +322,7 @@ def _not_run(attempt: _Attempt, execution_id: int | None) -> Outcome | None:
     if claim.outcome == claims.WAITING:
         what = "the job to be resumed" if claim.skip_reason == enums.SkipReason.PAUSED \
             else f"execution {claim.blocker} of the job to end"
-        logger.info("%s %s waits for %s (%s)", job.name, schedules.iso(slot), what, claim.skip_reason, extra=extra)
+        logger.info("%s %s waits for %s (%s)", job.name, slots.iso(slot), what, claim.skip_reason, extra=extra)
         return Outcome(job=job.name, slot=slot, status=WAITING, execution_id=claim.execution_id,
                        run_number=claim.run_number, skip_reason=claim.skip_reason, message=f"waiting for {what}")
     if claim.outcome == claims.GIVE_UP:
@@ -333,7 +333,7 @@ def _not_run(attempt: _Attempt, execution_id: int | None) -> Outcome | None:
         return Outcome(job=job.name, slot=slot, status=claims.DUPLICATE,
                        execution_id=claim.execution_id, message=claim.status_seen)
     if not claim.claimed:
-        logger.info("%s %s skipped: %s", job.name, schedules.iso(slot), claim.skip_reason, extra=extra)
+        logger.info("%s %s skipped: %s", job.name, slots.iso(slot), claim.skip_reason, extra=extra)
         if claim.execution_id is not None:
             outcomes.announce(job, jobs.job_id(job), claim.execution_id, slot, S.SKIPPED, claim.skip_reason,
                               claims.SKIP_MESSAGES[claim.skip_reason])
@@ -355,7 +355,7 @@ def _given_up(attempt: _Attempt) -> Outcome:
     if gave_up is None:
         return Outcome(job=job.name, slot=slot, status=claims.DUPLICATE, execution_id=claim.execution_id,
                        message="CHANGED")
-    logger.warning("%s %s %s: its job is paused, so it is not retried: %s", job.name, schedules.iso(slot),
+    logger.warning("%s %s %s: its job is paused, so it is not retried: %s", job.name, slots.iso(slot),
                    gave_up.status, gave_up.message[:200], extra=attempt.extra)
     return Outcome(job=job.name, slot=slot, status=gave_up.status, execution_id=claim.execution_id,
                    message=gave_up.message, error_code=gave_up.error_code, frees_job=True)
@@ -375,8 +375,8 @@ def _call(attempt: _Attempt, call: Callable[[Run], Any]) -> _Called:
     except exceptions.InvalidParams as wrong:
         values, unfit = {}, wrong
     run = Run(
-        job=job.name, code=job.code, slot=slot, execution_date=schedules.execution_date(slot, job.tzinfo),
-        attempt=claim.retry_count + 1, fence=claim.fence, key=schedules.run_key(job.code, slot),
+        job=job.name, code=job.code, slot=slot, execution_date=slots.execution_date(slot, job.tzinfo),
+        attempt=claim.retry_count + 1, fence=claim.fence, key=slots.run_key(job.code, slot),
         execution_id=claim.execution_id, run_number=claim.run_number, trigger=attempt.trigger,
         logger=logging.LoggerAdapter(logging.getLogger(f"cron_celery.jobs.{job.name}"), extra),
         cancelled=cancelled, params=types.MappingProxyType(values),
@@ -462,7 +462,7 @@ def _reported(attempt: _Attempt, called: _Called, written: str | bool, countdown
     status, message, code = called.status, called.message, called.code
     if written == S.RETRYING:
         assert countdown is not None
-        logger.warning("%s %s attempt %d %s, retrying in %.1f s: %s", job.name, schedules.iso(slot),
+        logger.warning("%s %s attempt %d %s, retrying in %.1f s: %s", job.name, slots.iso(slot),
                        called.run.attempt, status, countdown, message[:200], extra=extra)
         return Outcome(job=job.name, slot=slot, status=S.RETRYING, execution_id=claim.execution_id,
                        run_number=claim.run_number, message=message, error_code=code,

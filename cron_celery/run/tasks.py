@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 
 import celery
 
-from cron_celery import enums, exceptions, schedules
+from cron_celery import enums, exceptions, slots
 from cron_celery.decisions import dependencies, dispatch, groups, in_effect, jobs, oneoffs, waiting
 from cron_celery.declaring import params, registry
 from cron_celery.run import clocks, outcomes, runs
@@ -27,7 +27,7 @@ HEADER_RERUN = "cron_rerun"
 def headers(execution_id: int, slot: dt.datetime, trigger: str, *, force: bool = False,
             rerun: bool = False) -> dict[str, Any]:
     """The message headers that point a delivery at its execution row."""
-    values: dict[str, Any] = {HEADER_SLOT: schedules.iso(slot), HEADER_EXECUTION: execution_id,
+    values: dict[str, Any] = {HEADER_SLOT: slots.iso(slot), HEADER_EXECUTION: execution_id,
                               HEADER_TRIGGER: trigger}
     if force:
         values[HEADER_FORCE] = True
@@ -103,7 +103,7 @@ def send_run(job: registry.Job, slot: dt.datetime, trigger: str, *, force: bool 
     if given or any(param.required for param in job.parameters):
         with_scheduled(job, given)  # refuse a run that could only fail for a missing value
     execution_id, run_number = dispatch.enqueue(
-        job=job, job_id=jobs.job_id(job), slot=slot, execution_date=schedules.execution_date(slot, job.tzinfo),
+        job=job, job_id=jobs.job_id(job), slot=slot, execution_date=slots.execution_date(slot, job.tzinfo),
         trigger=trigger, forced=force or rerun, force=force, cascade=cascade, given=given or None,
     )
     try:
@@ -123,24 +123,24 @@ def schedule_one_off(job: registry.Job, at: dt.datetime, *, force: bool = False,
     saying what to do instead: ``at`` is past, a slot the job's schedule in effect runs anyway (not
     paused, inside its window), or already holds a one-off of the job waiting to be sent. ``at`` is
     read as ``run_cron_task --at`` reads it (a naive time in the job's timezone; whole seconds)."""
-    at = schedules.parse_slot(at, job.tzinfo)
+    at = slots.parse_slot(at, job.tzinfo)
     schedule = (in_effect.slots_of(job) if job.after else in_effect.in_effect(job)).schedule
     try:
         is_slot = schedule is not None and schedule.next_after(at - dt.timedelta(microseconds=1)) == at
-    except (exceptions.InvalidSchedule, *schedules.CALENDAR_ERRORS):
+    except (exceptions.InvalidSchedule, *slots.CALENDAR_ERRORS):
         raise exceptions.OneOffRefused(f"the job's schedule has no slot from then on before the calendar ends "
                                        f"({schedule}); choose an earlier time.", job=job.name,
-                                       at=schedules.iso(at)) from None
+                                       at=slots.iso(at)) from None
     if is_slot and in_effect.runs_at(job, at):
         raise exceptions.OneOffRefused(
             f"it is a slot the job's schedule in effect runs anyway ({schedule}); choose another minute "
-            "(or send a run now with --enqueue).", job=job.name, at=schedules.iso(at))
+            "(or send a run now with --enqueue).", job=job.name, at=slots.iso(at))
     if given or any(param.required for param in job.parameters):
         with_scheduled(job, given)
     try:
         return oneoffs.record(job, jobs.job_id(job), at, force=force, given=given or None)
     except ValueError as error:
-        raise exceptions.OneOffRefused(f"{error}.", job=job.name, at=schedules.iso(at)) from None
+        raise exceptions.OneOffRefused(f"{error}.", job=job.name, at=slots.iso(at)) from None
 
 
 def send(app: celery.Celery, task_name: str, *, execution_id: int, slot: dt.datetime, trigger: str,
@@ -155,8 +155,8 @@ def named_slot(job: registry.Job, slot: object, day: object) -> dt.datetime | No
     """The slot a direct call names (``slot=``, else ``execution_date=``), None for none; ``InvalidSlot``
     when it cannot be read or is outside the calendar."""
     if slot is None and day is not None:
-        slot = day if isinstance(day, dt.date) else schedules.parse_date(str(day))
-    return None if slot is None else schedules.parse_slot(slot, job.tzinfo)
+        slot = day if isinstance(day, dt.date) else slots.parse_date(str(day))
+    return None if slot is None else slots.parse_slot(slot, job.tzinfo)
 
 
 def _due(options: dict[str, Any]) -> dt.datetime:
@@ -234,7 +234,7 @@ class TrackedTask(celery.Task):  # type: ignore[type-arg]
         day = kwargs.pop("execution_date", None)
         force = bool(kwargs.pop("force", False) or request.get(HEADER_FORCE))
         rerun = bool(kwargs.pop("rerun", False) or request.get(HEADER_RERUN))
-        slot = named_slot(job, slot_value, day) or schedules.floor_minute(clocks.now())
+        slot = named_slot(job, slot_value, day) or slots.floor_minute(clocks.now())
         trigger = request.get(HEADER_TRIGGER) or (
             enums.Trigger.BEAT if execution_id is not None else enums.Trigger.DIRECT
         )
@@ -301,7 +301,7 @@ class TrackedTask(celery.Task):  # type: ignore[type-arg]
         if named and job is not None:  # a slot that cannot be read is refused here, not lost on a worker
             named_slot(job, kwargs.get("slot"), kwargs.get("execution_date"))
         if not named and HEADER_SLOT not in message_headers and HEADER_EXECUTION not in message_headers:
-            message_headers[HEADER_SLOT] = schedules.iso(schedules.floor_minute(_due(options)))
+            message_headers[HEADER_SLOT] = slots.iso(slots.floor_minute(_due(options)))
         return super().apply_async(args, kwargs, *rest, headers=message_headers, **options)
 
     def run(self, run: runs.Run, *args: Any, **kwargs: Any) -> Any:

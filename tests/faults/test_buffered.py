@@ -18,7 +18,7 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from cron_celery import reconciler, schedules
+from cron_celery import reconciler, slots
 from cron_celery.decisions import dispatch, executions
 from cron_celery.decisions import jobs as job_rows
 from cron_celery.models import Alert, CronExecution, CronJob, Status, Trigger
@@ -278,9 +278,9 @@ def test_a_backlog_longer_than_the_pending_grace_is_not_missed_or_lost_on_rabbit
 def test_a_delay_without_a_slot_fixes_its_slot_when_sent(queue):
     """``task.delay()`` names the current minute in its message, so a redelivery minutes later (a worker
     died) is the same slot, not a second one."""
-    before = schedules.floor_minute(dt.datetime.now(dt.UTC))
+    before = slots.floor_minute(dt.datetime.now(dt.UTC))
     result = jobs.delayed_now.delay()
-    after = schedules.floor_minute(dt.datetime.now(dt.UTC))
+    after = slots.floor_minute(dt.datetime.now(dt.UTC))
     [headers] = queue.headers()
     assert headers["id"] == result.id
-    assert headers.get(tasks.HEADER_SLOT) in {schedules.iso(before), schedules.iso(after)}, headers
+    assert headers.get(tasks.HEADER_SLOT) in {slots.iso(before), slots.iso(after)}, headers

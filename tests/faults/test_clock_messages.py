@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from cron_celery import schedules
+from cron_celery import slots
 from cron_celery.decisions import dispatch
 from cron_celery.decisions import jobs as job_rows
 from cron_celery.models import CronExecution, Status, Trigger
@@ -124,8 +124,8 @@ def test_a_delay_without_a_slot_from_a_process_two_hours_ahead_names_the_databas
     after = database_clock()
     now_sent, later_sent = sorted(queued(broker), key=lambda message: message["headers"].get("eta") or "")
     slot = dt.datetime.fromisoformat(now_sent["headers"][tasks.HEADER_SLOT])
-    assert schedules.floor_minute(before) <= slot <= schedules.floor_minute(after), (before, slot, after)
+    assert slots.floor_minute(before) <= slot <= slots.floor_minute(after), (before, slot, after)
     # A countdown is an ETA on the database's clock too, and names the minute it is due.
     eta = dt.datetime.fromisoformat(later_sent["headers"]["eta"])
     assert before + dt.timedelta(seconds=119) <= eta <= after + dt.timedelta(seconds=121), (before, eta, after)
-    assert dt.datetime.fromisoformat(later_sent["headers"][tasks.HEADER_SLOT]) == schedules.floor_minute(eta)
+    assert dt.datetime.fromisoformat(later_sent["headers"][tasks.HEADER_SLOT]) == slots.floor_minute(eta)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from django.test import override_settings
 
-from cron_celery import models, schedules
+from cron_celery import models, slots
 from cron_celery.decisions import dispatch
 from cron_celery.decisions import jobs as job_rows
 from cron_celery.models import CronExecution, SkipReason, Status, Trigger
@@ -60,7 +60,7 @@ def slot(i: int) -> dt.datetime:
 
 
 def send(i: int) -> None:
-    jobs.exclusive.apply_async(kwargs={"slot": schedules.iso(slot(i))})
+    jobs.exclusive.apply_async(kwargs={"slot": slots.iso(slot(i))})
 
 
 def done() -> int:
@@ -112,7 +112,7 @@ def test_no_quorum_runs_go_on_exactly_once_through_the_database(masters, workers
         # The same slot twice at once, as two beats or a redelivery would send it.
         execution_id, _ = dispatch.enqueue(job=jobs.exclusive.job, job_id=job_rows.job_id(jobs.exclusive.job),
                                          slot=slot(i), execution_date=slot(i).date(), trigger=Trigger.ENQUEUE)
-        headers = {tasks.HEADER_SLOT: schedules.iso(slot(i)), tasks.HEADER_EXECUTION: execution_id}
+        headers = {tasks.HEADER_SLOT: slots.iso(slot(i)), tasks.HEADER_EXECUTION: execution_id}
         for _ in range(2):
             app.send_task(jobs.exclusive.name, headers=headers)
         wait_for(lambda: CronExecution.objects.filter(id=execution_id, completed=True).exists(),  # noqa: B023
@@ -133,7 +133,7 @@ def test_a_paused_lock_holder_is_fenced_and_the_takeover_wins(masters, workers, 
     job = jobs.exclusive.job
     execution_id, _ = dispatch.enqueue(job=job, job_id=job_rows.job_id(job), slot=slot(0),
                                      execution_date=slot(0).date(), trigger=Trigger.ENQUEUE)
-    headers = {tasks.HEADER_SLOT: schedules.iso(slot(0)), tasks.HEADER_EXECUTION: execution_id}
+    headers = {tasks.HEADER_SLOT: slots.iso(slot(0)), tasks.HEADER_EXECUTION: execution_id}
     app.send_task(jobs.exclusive.name, headers=headers)
     wait_for(lambda: CronExecution.objects.filter(id=execution_id, status=Status.RUNNING).exists(),
              what="the first worker to claim")

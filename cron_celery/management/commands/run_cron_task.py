@@ -12,7 +12,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from cron_celery import enums, exceptions, schedules
+from cron_celery import enums, exceptions, slots
 from cron_celery.decisions import dispatch, in_effect, jobs
 from cron_celery.declaring import params, registry
 from cron_celery.run import callers, runs, tasks
@@ -113,7 +113,7 @@ class Command(BaseCommand):
         execution_id = None
         if options["cascade"]:  # the row carries the cascade, so the database trigger sees it at the end
             execution_id, _number = dispatch.enqueue(
-                job=job, job_id=jobs.job_id(job), slot=slot, execution_date=schedules.execution_date(slot, job.tzinfo),
+                job=job, job_id=jobs.job_id(job), slot=slot, execution_date=slots.execution_date(slot, job.tzinfo),
                 trigger=trigger, forced=options["force"] or options["rerun"], force=options["force"], cascade=True,
                 given=given)
         with said_once():
@@ -127,7 +127,7 @@ class Command(BaseCommand):
         if (outcome.status == enums.Status.SUCCEEDED and outcome.execution_id is not None
                 and registry.has_downstream(job.name)):
             tasks.send_downstream(current_app, outcome.execution_id)  # jobs declared after= it
-        label = f"{job.name} {schedules.iso(slot)}" + (f" with {params.shown(given)}" if given else "")
+        label = f"{job.name} {slots.iso(slot)}" + (f" with {params.shown(given)}" if given else "")
         where = (f"(execution {outcome.execution_id}, recorded as a skip)" if outcome.status == enums.Status.SKIPPED
                  else f"(execution {outcome.execution_id}, run #{outcome.run_number})")
         if outcome.status == enums.Status.SUCCEEDED:
@@ -162,7 +162,7 @@ class Command(BaseCommand):
         recorded = tasks.schedule_one_off(job, at, force=force, given=given)
         local = at.astimezone(job.tzinfo)
         self.stdout.write(self.style.SUCCESS(
-            f"{job.name}: one-off run recorded for {schedules.iso(at)} ({local:%Y-%m-%d %H:%M %Z} in {job.timezone}), "
+            f"{job.name}: one-off run recorded for {slots.iso(at)} ({local:%Y-%m-%d %H:%M %Z} in {job.timezone}), "
             f"execution {recorded.execution_id}; the beat sends it then. Cancel it in the admin's history "
             "(action 'Cancel one-off runs not sent yet')."
         ))
@@ -173,8 +173,8 @@ class Command(BaseCommand):
             sent = tasks.send_run(job, slot, enums.Trigger.ENQUEUE, force=force, rerun=rerun, cascade=cascade,
                                   given=given)
         except exceptions.PublishFailed as exc:
-            raise self.fail(f"{job.name} {schedules.iso(slot)} {exc}") from None
+            raise self.fail(f"{job.name} {slots.iso(slot)} {exc}") from None
         self.stdout.write(self.style.SUCCESS(
-            f"{job.name} {schedules.iso(slot)} sent to the workers "
+            f"{job.name} {slots.iso(slot)} sent to the workers "
             f"(execution {sent.execution_id}, run #{sent.run_number}, task {sent.celery_task_id})"
         ))
