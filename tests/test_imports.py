@@ -31,7 +31,7 @@ ROOMS = ("top", "declaring", "decisions", "run", "notifiers", "alerts", "beat", 
 #: The top level's base, beneath every room: settings, the enums, the exceptions, the models, the schedules.
 BASE = frozenset({"cron_celery.conf", "cron_celery.enums", "cron_celery.exceptions", "cron_celery.models",
                   "cron_celery.schedules", "cron_celery.check_errors", "cron_celery.spelling",
-                  "cron_celery.slots", "cron_celery.catch_up"})
+                  "cron_celery.slots", "cron_celery.catch_up", "cron_celery.counts"})
 #: The top level's public paths of modules that live in a room (each re-exports its room's module).
 PUBLIC_PATHS = {"cron_celery.events": "cron_celery.run.events", "cron_celery.signals": "cron_celery.alerts.signals",
                 "cron_celery.audit": "cron_celery.decisions.audit"}
@@ -263,8 +263,6 @@ MODULE_LINES, FUNCTION_LINES = 450, 80
 #: Those over the limits when the rooms were built, each at its size then: none may grow and none may be
 #: added; the next part of the house's work splits them, and each leaves this list as it does.
 OVERSIZED = {
-    "cron_celery/models.py": 459,
-    "cron_celery/run/runs.py": 486,
     "bench/beat_scale.py": 966, "bench/latency.py": 788, "bench/locks.py": 514, "bench/overhead.py": 886,
     "bench/sections.py": 1064, "scripts/dashboard_picture": 901,
     "bench/beat_scale.py:main": 89, "bench/history.py:seed": 81, "bench/history.py:main": 87,

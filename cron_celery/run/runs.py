@@ -13,14 +13,14 @@ import threading
 import time
 import types
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any
 
-from django.db import DatabaseError, DataError, InterfaceError, OperationalError, connection, transaction
+from django.db import DatabaseError, DataError, connection, transaction
 
 from cron_celery import conf, enums, exceptions, slots
 from cron_celery.decisions import claims, executions, finishes, heartbeats, jobs
 from cron_celery.declaring import params, registry
-from cron_celery.run import callers, identity, leases, limits, locks, outcomes, retries, shutdown
+from cron_celery.run import callers, identity, leases, limits, locks, outcomes, reconnect, retries, shutdown
 from cron_celery.run.results import clean_text, describe_exception, interpret
 
 logger = logging.getLogger(__name__)
@@ -117,57 +117,6 @@ def _record(job: registry.Job, claim: claims.Claim, slot: dt.datetime, *, countd
         )
 
 
-T = TypeVar("T")
-
-
-#: How long a claim or a final write keeps trying to reach a database that went away (at least).
-RECONNECT_SECONDS = 60.0
-
-#: SQLSTATEs of a session the server ended: admin_shutdown, crash_shutdown, cannot_connect_now.
-_ENDED_SESSION = ("57P01", "57P02", "57P03")
-
-
-def _reconnected(error: Exception, deadline: float, pause: float) -> bool:
-    """After a failed statement outside any transaction: True when the connection itself was
-    lost (the server restarted, or ended this session: no SQLSTATE, class 08, or 57P01-03;
-    never a statement's own error such as a deadlock or a timeout) and there is time left to
-    try again. A broken connection is closed first, so the next statement opens a new one.
-    Inside a transaction (an in-process call in a test case's transaction) nothing is tried again."""
-    if connection.in_atomic_block:
-        return False
-    state = getattr(error.__cause__, "sqlstate", None)
-    if not (isinstance(error, InterfaceError) or state is None or state.startswith("08") or state in _ENDED_SESSION):
-        return False
-    with contextlib.suppress(Exception):
-        if not connection.is_usable():  # Django may already have opened a new one (leaving an atomic block)
-            connection.close()
-    if time.monotonic() + pause > deadline:
-        return False
-    time.sleep(pause)
-    return True
-
-
-def _reconnecting(write: Callable[[], T], what: str, extra: dict[str, object]) -> tuple[T, bool]:
-    """``write()``, tried again on a new connection while the database is unreachable, for up to
-    ``RECONNECT_SECONDS`` (a minute, or two leases when they are longer). Past the lease the
-    write is still worth trying: until the reconciler has ended the run, the fenced write lands
-    and nothing is lost; once it has (or another run of an exclusive job superseded this one),
-    the fence refuses it. Returns its value and whether it was tried more than once. Only for
-    statements that are safe to repeat: a claim of an existing execution and the fenced writes
-    (a repeat matches no row once the first one was committed)."""
-    deadline = time.monotonic() + max(RECONNECT_SECONDS, 2 * conf.settings.LEASE_SECONDS)
-    pause, retried = 0.2, False
-    while True:
-        try:
-            return write(), retried
-        except (OperationalError, InterfaceError) as error:
-            if not _reconnected(error, deadline, pause):
-                raise
-            logger.warning("lost the database while %s (%s); trying again on a new connection", what,
-                           str(error).strip()[:200], extra=extra)
-            pause, retried = min(2.0, pause * 2), True
-
-
 def call_job(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """Call a job function (its parameters as keyword arguments: ``**run.params``); coroutine
     functions are run to completion."""
@@ -202,8 +151,8 @@ def _claim(job: registry.Job, slot: dt.datetime, execution_date: dt.date, execut
     its answer was lost) takes that claim as its own instead of calling it a duplicate."""
     if execution_id is None:
         return _begin(job, slot, execution_date, execution_id=None, **options)
-    claim, retried = _reconnecting(lambda: _begin(job, slot, execution_date, execution_id=execution_id, **options),
-                                   "claiming the run", extra)
+    claim, retried = reconnect.reconnecting(
+        lambda: _begin(job, slot, execution_date, execution_id=execution_id, **options), "claiming the run", extra)
     if retried and claim.outcome == claims.DUPLICATE and claim.status_seen == S.RUNNING:
         mine = heartbeats.own_claim(execution_id, identity.WORKER, os.getpid())
         if mine is not None:
@@ -428,14 +377,14 @@ def _write(attempt: _Attempt, called: _Called, countdown: float | None) -> str |
 
     try:
         try:
-            written, retried = _reconnecting(lambda: record(called.runtime), "recording the outcome", extra)
+            written, retried = reconnect.reconnecting(lambda: record(called.runtime), "recording the outcome", extra)
         except (DataError, ValueError) as problem:  # the data, not the connection: record what can be
             logger.exception("the outcome of execution %s (%s) cannot be stored; recording %s instead",
                              claim.execution_id, called.status, UNSTORABLE, extra=extra)
             called.message = clean_text(f"The outcome ({called.status}: {called.message[:200]}) could not be stored: "
                                     f"{type(problem).__name__}: {str(problem)[:500]}", 1000)
             called.status, called.code, called.trace, called.stored = S.FAILED, UNSTORABLE, "", None
-            written, retried = _reconnecting(lambda: record(None), "recording the outcome", extra)
+            written, retried = reconnect.reconnecting(lambda: record(None), "recording the outcome", extra)
         if retried and written is False:
             # A commit whose answer was lost with the connection may have written it already.
             written = finishes.written_by(claim.execution_id, claim.fence, called.status,
