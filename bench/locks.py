@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import cProfile
-import ctypes
 import dataclasses
 import datetime as dt
 import gc
@@ -42,11 +41,8 @@ import io
 import os
 import platform
 import pstats
-import shutil
 import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -62,10 +58,10 @@ if str(ROOT) not in sys.path:  # run as a script: make ``cron_celery`` importabl
     sys.path.insert(0, str(ROOT))
 
 from bench.common import BenchError, log, log_machine, run, write_results  # noqa: E402
+from bench.redis_server import RedisServer, nothing  # noqa: E402
 
 TTL = 60  # seconds, cron_celery's default LOCK["TTL"]
 TAG = uuid.uuid4().hex[:8]
-MACHINE_REDIS_PORT = 6379  # never started on, never contacted
 
 #: redis-py's own release script, and pottery's: compare the token, then delete.
 COMPARE_AND_DELETE = """
@@ -80,93 +76,6 @@ end
 # ----------------------------------------------------------------------- redis servers
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _die_with_parent() -> None:
-    """In the child, before exec: SIGTERM it when this process dies (Linux), so that even a
-    SIGKILLed benchmark leaves no ``redis-server`` behind."""
-    with contextlib.suppress(Exception):
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
-class RedisServer:
-    """One throw-away ``redis-server`` on a free port, in a directory of its own."""
-
-    def __init__(self, workdir: Path) -> None:
-        self.workdir = workdir
-        self.port = 0
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self, attempts: int = 5) -> RedisServer:
-        binary = shutil.which("redis-server") or "/usr/bin/redis-server"
-        for _ in range(attempts):
-            self.port = free_port()
-            if self.port == MACHINE_REDIS_PORT:
-                continue
-            workdir = self.workdir / f"redis-{self.port}"
-            workdir.mkdir(parents=True, exist_ok=True)
-            self.proc = subprocess.Popen(
-                [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                 "--appendonly", "no", "--dir", str(workdir), "--daemonize", "no"],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
-                preexec_fn=_die_with_parent if sys.platform == "linux" else None,  # noqa: PLW1509
-            )
-            if self._wait_ready():
-                return self
-            self.stop()  # the port was taken in between: try another
-        raise BenchError(f"could not start redis-server ({binary})")
-
-    def _wait_ready(self) -> bool:
-        client = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=1)
-        try:
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline and self.proc is not None and self.proc.poll() is None:
-                try:
-                    pid = int(client.info("server")["process_id"])
-                except redis.RedisError:
-                    time.sleep(0.05)
-                    continue
-                # Answered: it must be the process started here, not someone else's server.
-                return pid == self.proc.pid
-            return False
-        finally:
-            client.close()
-
-    def version(self) -> str:
-        client = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=1)
-        try:
-            return str(client.info("server")["redis_version"])
-        finally:
-            client.close()
-
-    def stop(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
-
-
-# ---------------------------------------------------------------------------- variants
-
-
-def _nothing() -> contextlib.AbstractContextManager[None]:
-    return contextlib.nullcontext()
-
-
 @dataclasses.dataclass
 class Variant:
     """``one(i)`` is one acquire + release of the ``i``-th key. Clients are made once per
@@ -178,7 +87,7 @@ class Variant:
     masters: int
     one: Callable[[int], None]
     close: Callable[[], None]
-    active: Callable[[], contextlib.AbstractContextManager[None]] = _nothing
+    active: Callable[[], contextlib.AbstractContextManager[None]] = nothing
     floor: bool = False
     reference_only: bool = False  # shown, but no target depends on it
 
