@@ -22,7 +22,8 @@ from django_celery_beat.models import CrontabSchedule, IntervalSchedule, Periodi
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cron_celery import alerts, beat
+from cron_celery import beat
+from cron_celery.alerts import schedule_alerts
 from cron_celery.beat import schedule_sync
 from cron_celery.decisions import dispatch
 from cron_celery.declaring import params
@@ -128,7 +129,7 @@ def a_beat_goes_through_its_round(victim: int) -> None:
                                  HealthCheck.function_scoped_fixture])
 @given(edit=EDITS, note=st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=10))
 def test_no_edit_of_one_job_stops_another_or_a_beat(two_jobs, monkeypatch, edit, note):
-    monkeypatch.setattr(alerts, "schedule_problem", lambda job, **kw: 1)
+    monkeypatch.setattr(schedule_alerts, "schedule_problem", lambda job, **kw: 1)
     victim, steady = two_jobs
     example = transaction.savepoint()
     try:
@@ -152,7 +153,8 @@ def test_a_row_postgresql_refuses_stops_its_own_job_only_and_becomes_its_problem
     """Each edit is written on its own: here a trigger of the database's own refuses the victim's new row
     (as PostgreSQL refuses a value it cannot store); the batch falls back to one row at a time."""
     said: list[tuple[str, str]] = []
-    monkeypatch.setattr(alerts, "schedule_problem", lambda job, **kw: said.append((kw["code"], kw["problem"])) or 1)
+    monkeypatch.setattr(schedule_alerts, "schedule_problem",
+                        lambda job, **kw: said.append((kw["code"], kw["problem"])) or 1)
     victim, steady = two_jobs
     with connection.cursor() as cursor:
         cursor.execute(f"""
