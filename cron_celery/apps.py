@@ -39,10 +39,12 @@ class CronCeleryConfig(AppConfig):
         from cron_celery import alerts, checks, reconciler
         from cron_celery.alerts import delivery, schedule_alerts, sentry, signals
         from cron_celery.declaring import registry
-        from cron_celery.run import events, shutdown
+        from cron_celery.run import backfill, events, shutdown
 
-        # Their Celery tasks (an alert's delivery, a schedule problem's) register as they are imported.
+        # Their Celery tasks (an alert's delivery, a schedule problem's, a backfill's rest) register as
+        # they are imported: every worker must know them, whatever else its settings install.
         assert delivery.deliver_alert.name and schedule_alerts.deliver_schedule_problem.name
+        assert backfill.publish_backfill.name
         # The listeners of a run's start and end, in the order they hear of it.
         for listener in (alerts.OUTBOX, signals.SIGNALS, sentry.CRONS):
             events.subscribe(listener)

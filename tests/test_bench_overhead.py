@@ -64,14 +64,17 @@ RAW = """\
 process 10:"celery worker";thread (10): MainThread;main (celery/bin/worker.py);\
 Hub.create_loop (kombu/asynchronous/hub.py) 7
 process 10:"celery worker";process 11:"celery worker";thread (11): MainThread;main (celery/bin/worker.py);\
-Worker.workloop (billiard/pool.py);fast_trace_task (celery/app/trace.py);TrackedTask.__call__ (cron_celery/tasks.py);\
-execute (cron_celery/runs.py);_claim_new (cron_celery/claims.py);Connection.wait (psycopg/connection.py) 6
+Worker.workloop (billiard/pool.py);fast_trace_task (celery/app/trace.py);\
+TrackedTask.__call__ (cron_celery/run/tasks.py);\
+execute (cron_celery/run/runs.py);_claim_new (cron_celery/decisions/claims.py);Connection.wait (psycopg/connection.py) 6
 process 10:"celery worker";process 11:"celery worker";thread (11): MainThread;main (celery/bin/worker.py);\
-Worker.workloop (billiard/pool.py);fast_trace_task (celery/app/trace.py);TrackedTask.__call__ (cron_celery/tasks.py);\
-execute (cron_celery/runs.py);call_job (cron_celery/runs.py);tracked_noop (bench/tasks.py) 2
+Worker.workloop (billiard/pool.py);fast_trace_task (celery/app/trace.py);\
+TrackedTask.__call__ (cron_celery/run/tasks.py);\
+execute (cron_celery/run/runs.py);call_job (cron_celery/run/runs.py);tracked_noop (bench/tasks.py) 2
 process 10:"celery worker";process 12:"celery worker";thread (12): MainThread;main (celery/bin/worker.py);\
 Worker.workloop (billiard/pool.py);wait_for_job (billiard/pool.py) 2
-process 10:"celery worker";process 12:"celery worker";thread (13): cron-celery-leases;_loop (cron_celery/leases.py) 9
+process 10:"celery worker";process 12:"celery worker";thread (13): cron-celery-leases;\
+_loop (cron_celery/run/leases.py) 9
 py-spy> a line that is not a stack
 """
 
@@ -92,7 +95,7 @@ def test_py_spy_stacks_are_cut_to_the_pool_processes_and_summed_up():
     drawing = flame.svg(pool, "a <title> & more")
     assert drawing.startswith("<svg") and drawing.rstrip().endswith("</svg>")
     assert "a &lt;title&gt; &amp; more" in drawing
-    assert "_claim_new (cron_celery/claims.py): 6 samples, 60.0%" in drawing
+    assert "_claim_new (cron_celery/decisions/claims.py): 6 samples, 60.0%" in drawing
 
 
 def test_the_page_shows_both_ratios_the_gaps_and_one_wal_flush():

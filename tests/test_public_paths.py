@@ -99,3 +99,25 @@ def test_a_pure_test_file_runs_alone_without_postgresql_or_redis(tmp_path):
                           check=False)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert " passed" in done.stdout.splitlines()[-1] and "error" not in done.stdout.splitlines()[-1]
+
+
+def test_a_worker_without_the_admin_knows_every_task_of_ours():
+    """A worker's settings may leave ``django.contrib.admin`` out (the soak's do): every Celery task
+    the package declares must still be registered when Django starts, or the worker rejects the
+    message (an admin backfill's remaining slots, an alert's delivery, a schedule problem's)."""
+    import re
+    import subprocess
+    import sys
+
+    from tests.conftest import subprocess_env
+
+    declared = set()
+    for path in (ROOT / "cron_celery").rglob("*.py"):
+        declared |= set(re.findall(r'shared_task\(name="(cron_celery\.\w+)"', path.read_text(encoding="utf-8")))
+    assert {"cron_celery.publish_backfill", "cron_celery.deliver_alert", "cron_celery.reconcile"} <= declared
+    probe = ("import django; django.setup(); from tests.soak.celery_app import app; "
+             "print(' '.join(sorted(name for name in app.tasks if name.startswith('cron_celery.'))))")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env=subprocess_env(DJANGO_SETTINGS_MODULE="tests.soak.settings"), check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert declared <= set(done.stdout.split()), sorted(declared - set(done.stdout.split()))

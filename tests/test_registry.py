@@ -256,3 +256,12 @@ def test_a_misspelt_option_stops_django_in_three_lines_naming_the_fix_and_the_li
     assert "Job 'misspelt' is declared incorrectly: max_retry= is neither" in lines[1]
     assert "(did you mean max_retries=?)" in lines[1]
     assert lines[2].startswith("  in ") and "tests/jobsapp/tasks.py, line " in lines[2] and "max_retry=2" in lines[2]
+
+
+def test_of_several_bad_options_the_first_in_the_declarations_order_is_named():
+    """The checks run in one order (alert_on_upstream, jitter, notify, retry_on, catch_up), so the same
+    mistakes always give the same error, whatever the code that builds the job looks like."""
+    with pytest.raises(exceptions.ImproperlyDeclared) as refused:
+        registry.declare(name="order-job", code="ORD1", task_name="t.order", schedule="*/5 * * * *",
+                         notify="nope", retry_on="nope", catch_up="sometimes")
+    assert "notify" in str(refused.value) and "catch_up" not in str(refused.value), str(refused.value)

@@ -180,18 +180,22 @@ def declare(
         raise exceptions.ImproperlyDeclared(
             f"parameters must be a tuple of cron_celery.declaring.params.Param (read from the function's signature), "
             f"not {parameters!r}.", job=name)
+    # These checks in the order they always ran: the first bad option of several is the one named.
+    on_upstream = options.read_alert_on_upstream(name, alert_on_upstream, upstreams)
+    spread = options.read_jitter(name, jitter, parsed)
+    channels = options.read_notify(name, notify)
+    retry_on_types = options.read_exception_types(name, retry_on)
+    policy = options.read_choice(enums.CatchUp, catch_up if catch_up is not None else "latest", name, "catch_up")
     return Job(
         name=name, code=code, task_name=task_name, pattern=chosen_pattern, overlap=chosen_overlap, timezone=tz,
-        description=description, schedule=parsed,
-        catch_up=options.read_choice(enums.CatchUp, catch_up if catch_up is not None else "latest", name, "catch_up"),
+        description=description, schedule=parsed, catch_up=policy,
         max_retries=int(retries), retry_backoff=backoff if backoff is not None else True,
         retry_backoff_max=backoff_max if backoff_max is not None else 600, retry_jitter=bool(retry_jitter),
-        retry_on=options.read_exception_types(name, retry_on), retry_on_failure=bool(retry_on_failure),
-        soft_time_limit=soft, time_limit=hard, notify=options.read_notify(name, notify),
+        retry_on=retry_on_types, retry_on_failure=bool(retry_on_failure),
+        soft_time_limit=soft, time_limit=hard, notify=channels,
         alert_after=int(alerts_after or 1), alert_repeat=None if repeat is None else int(repeat),
         max_concurrency=None if concurrency is None else int(concurrency), concurrency_group=group,
-        jitter=options.read_jitter(name, jitter, parsed), after=upstreams,
-        alert_on_upstream=options.read_alert_on_upstream(name, alert_on_upstream, upstreams),
+        jitter=spread, after=upstreams, alert_on_upstream=on_upstream,
         active_from=window[0], active_until=window[1],
         start_deadline=deadline, max_runtime=longest, min_runtime=shortest,
         parameters=tuple(item for item in parameters if isinstance(item, params.Param)),
