@@ -23,7 +23,7 @@ from django.db import InterfaceError, OperationalError, connection
 
 from cron_celery.decisions import jobs as job_rows
 from cron_celery.declaring import registry
-from tests import packaging
+from tests import faketime_leftovers, packaging
 
 ROOT = Path(__file__).resolve().parent.parent
 _counter = itertools.count(1)
@@ -175,7 +175,10 @@ def queue() -> Iterator[Queue]:
 def debian_tool(path: str, package: str, needed_for: str) -> str:
     """``path``, installed from Debian's ``package`` with apt-get when it is missing (as on a fresh
     machine); a tool that cannot be had fails the test, never skips it. The two Django lines run
-    side by side and may both want one: installs take a lock of ours, and apt waits for dpkg's."""
+    side by side and may both want one: installs take a lock of ours, and apt waits for dpkg's.
+    For ``faketime``, what dead processes left in /dev/shm is cleared first."""
+    if package == "faketime":
+        faketime_leftovers.clear_stale()
     if Path(path).exists():
         return path
     apt = shutil.which("apt-get")

@@ -7,11 +7,15 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from tests import faketime_leftovers
+
 FAKETIME = "/usr/bin/faketime"
 
 
 def need_faketime() -> str:
-    """Debian's ``faketime`` (the ``clock`` fault restarts a worker under it)."""
+    """Debian's ``faketime`` (the ``clock`` fault restarts a worker under it); what dead processes left
+    of it in /dev/shm is cleared first (a pid given again would fail with "sem_open: File exists")."""
+    faketime_leftovers.clear_stale()
     if not Path(FAKETIME).exists():
         apt = shutil.which("apt-get")
         if apt is None:
