@@ -167,6 +167,8 @@ class _Attempt:
 
     job: registry.Job
     slot: dt.datetime
+    execution_date: dt.date
+    lease_seconds: int
     trigger: str
     claim: claims.Claim
     job_lock: locks.JobLock | None
@@ -236,12 +238,13 @@ def _take(job: registry.Job, slot: dt.datetime, trigger: str, *, execution_id: i
     """The job's lock (overlap-skip and rate-limited jobs), then the claim; the lock is kept only by a
     run that was claimed."""
     extra: dict[str, object] = {"job": job.code, "slot": slots.iso(slot), "execution": execution_id}
+    execution_date, lease_seconds = slots.execution_date(slot, job.tzinfo), conf.settings.LEASE_SECONDS
     job_lock = locks.for_job(job)
     lock_state = job_lock.acquire(extra) if job_lock is not None else ""
     try:
-        claim = _claim(job, slot, slots.execution_date(slot, job.tzinfo), execution_id, extra, trigger=trigger,
+        claim = _claim(job, slot, execution_date, execution_id, extra, trigger=trigger,
                        force=force, rerun=rerun, celery_task_id=celery_task_id,
-                       lease_seconds=conf.settings.LEASE_SECONDS, lock_busy=lock_state == locks.BUSY,
+                       lease_seconds=lease_seconds, lock_busy=lock_state == locks.BUSY,
                        given=dict(given) if given else None, params_given=params_given)
     except BaseException:
         if job_lock is not None:
@@ -251,7 +254,8 @@ def _take(job: registry.Job, slot: dt.datetime, trigger: str, *, execution_id: i
         job_lock.release()
         job_lock = None
     extra["execution"] = claim.execution_id
-    return _Attempt(job=job, slot=slot, trigger=trigger, claim=claim, job_lock=job_lock,
+    return _Attempt(job=job, slot=slot, execution_date=execution_date, lease_seconds=lease_seconds, trigger=trigger,
+                    claim=claim, job_lock=job_lock,
                     lock_held=lock_state == locks.HELD, extra=extra)
 
 
@@ -324,7 +328,7 @@ def _call(attempt: _Attempt, call: Callable[[Run], Any]) -> _Called:
     except exceptions.InvalidParams as wrong:
         values, unfit = {}, wrong
     run = Run(
-        job=job.name, code=job.code, slot=slot, execution_date=slots.execution_date(slot, job.tzinfo),
+        job=job.name, code=job.code, slot=slot, execution_date=attempt.execution_date,
         attempt=claim.retry_count + 1, fence=claim.fence, key=slots.run_key(job.code, slot),
         execution_id=claim.execution_id, run_number=claim.run_number, trigger=attempt.trigger,
         logger=logging.LoggerAdapter(logging.getLogger(f"cron_celery.jobs.{job.name}"), extra),
@@ -332,7 +336,7 @@ def _call(attempt: _Attempt, call: Callable[[Run], Any]) -> _Called:
     )
     outcomes.started(job, claim.execution_id, slot, claim.retry_count + 1)
     if not callers.in_test_transaction():  # there, no other session sees the row: nothing to renew, nobody to take it
-        leases.track(claim.execution_id, claim.fence, conf.settings.LEASE_SECONDS, cancelled, extra,
+        leases.track(claim.execution_id, claim.fence, attempt.lease_seconds, cancelled, extra,
                      attempt.job_lock if attempt.lock_held else None)
     if shutdown.requested.is_set():
         cancelled.set()
