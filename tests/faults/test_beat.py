@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+import json
 import os
 import re
 import signal
@@ -13,13 +14,14 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 import redis
-from django_celery_beat.models import IntervalSchedule, PeriodicTask
+from django.utils import timezone
+from django_celery_beat.models import ClockedSchedule, CrontabSchedule, IntervalSchedule, PeriodicTask
 
 from cron_celery.models import CronExecution, CronJob, SkipReason, Status, Trigger
 from tests.admin_forms import submit
@@ -79,12 +81,20 @@ def cluster(tmp: Path, marker: Path, *, workers: int = 1, **extra: str) -> Itera
 
 
 def run_two_beats(tmp: Path, marker: Path, seconds: float, *, workers: int = 1,
-                  kill_leader_after: float | None = None, **extra: str) -> tuple[list[str], int, float]:
-    """Two beats for ``seconds``; returns their logs, how many led, and when they stopped."""
+                  kill_leader_after: float | None = None, at_lead: Callable[[], None] | None = None,
+                  **extra: str) -> tuple[list[str], int, float]:
+    """Two beats for ``seconds``; returns their logs, how many led, and when they stopped. With
+    ``kill_leader_after``, ``at_lead`` is called once a beat leads, and the leader is SIGKILLed
+    that many seconds later."""
     with cluster(tmp, marker, workers=workers, **extra) as env:
         beats = [start_beat(tmp, env, i) for i in range(2)]
         try:
             if kill_leader_after is not None:
+                # The leader is the first beat to log its lead; on a loaded machine that may take a while.
+                wait_for(lambda: any(took_lead_before(beat_log(tmp, i), time.time() + 2) for i in range(2)),
+                         timeout=60, what="one beat to take the lead")
+                if at_lead is not None:
+                    at_lead()
                 time.sleep(kill_leader_after)
                 leader = next(i for i in range(2) if took_lead_before(beat_log(tmp, i), time.time() + 2))
                 os.killpg(beats[leader].pid, signal.SIGKILL)  # no goodbye: the lease must expire
@@ -159,6 +169,30 @@ def test_the_standby_takes_over_when_the_leader_is_killed_and_no_slot_is_lost(tm
     assert leaders == 2, logs  # the first leader, then the standby after the lease expired
     assert_every_slot_once(marker, TICKS, stopped)  # catch-up "all": the slots of the gap ran too
     assert CronExecution.objects.filter(task_name="tick-1s", trigger=Trigger.CATCH_UP).exists()
+
+
+def test_a_killed_leader_leaves_no_plain_periodic_task_for_the_standby_to_send_again(tmp_path, marker):
+    """Untracked periodic tasks are sent once per due time across a takeover: an interval, a crontab
+    and a clocked one-off, each due once while the first leader leads, none due again before the test
+    ends. The standby read them when it started; it must not send them again from that old copy."""
+
+    def create() -> None:  # made once the leader runs: it has written its first "last run" by then
+        now = timezone.now()
+        every_30s, _ = IntervalSchedule.objects.get_or_create(every=30, period=IntervalSchedule.SECONDS)
+        hourly = CrontabSchedule.objects.create(minute=str((now.minute + 30) % 60), hour="*", timezone="UTC")
+        soon = ClockedSchedule.objects.create(clocked_time=now + dt.timedelta(seconds=1))
+        plain = {"interval": {"interval": every_30s, "last_run_at": now - dt.timedelta(seconds=29)},
+                 "crontab": {"crontab": hourly, "last_run_at": now - dt.timedelta(hours=2)},
+                 "clocked": {"clocked": soon, "one_off": True}}
+        for label, schedule in plain.items():
+            PeriodicTask.objects.create(name=f"plain {label}", task="tests.jobsapp.tasks.plain_mark",
+                                        args=json.dumps([label]), **schedule)
+
+    logs, leaders, _stopped = run_two_beats(tmp_path, marker, seconds=10, kill_leader_after=5, at_lead=create,
+                                            CRON_TEST_BEAT_LEASE_SECONDS="3")
+    assert leaders == 2, logs  # the first leader sent each one, then the standby took over
+    sent = Counter(line.split()[1] for line in marked(marker) if line.startswith("plain-mark "))
+    assert sent == {"interval": 1, "crontab": 1, "clocked": 1}, logs
 
 
 def test_a_beat_down_for_several_slots_catches_up_by_each_jobs_policy(tmp_path, marker):

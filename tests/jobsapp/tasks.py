@@ -111,6 +111,15 @@ def plain_ping() -> None:
             handle.write(f"plain-ping {time.time():.3f} {os.getpid()}\n")
 
 
+@shared_task(name="tests.jobsapp.tasks.plain_mark")
+def plain_mark(label: str) -> None:
+    """A plain Celery task that marks each body with its ``label`` (a periodic task's argument)."""
+    path = os.environ.get("CRON_TEST_MARKER")
+    if path:
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(f"plain-mark {label} {time.time():.3f} {os.getpid()}\n")
+
+
 def _ticker(name: str, code: str, seconds: int, **options: object) -> None:
     """A job that marks each run, every ``seconds``, named ``name`` (task ``tests.jobsapp.tasks.<name>``)."""
 
