@@ -14,7 +14,7 @@ from django.test import override_settings
 
 from cron_celery import beat, catch_up, checks, exceptions
 from cron_celery.alerts import sentry
-from cron_celery.beat import health
+from cron_celery.beat import health, planning
 from cron_celery.decisions import dispatch
 from cron_celery.decisions import jobs as job_rows
 from cron_celery.declaring import registry
@@ -123,7 +123,7 @@ def test_catch_up_is_planned_as_of_the_offset():
     without = beat.plan(dataclasses.replace(row, jitter_ms=0), SLOT + dt.timedelta(seconds=61), {}, {})
     assert without is not None and without.missed == [SLOT]
     # Jobs that differ only by their offset do not share a plan.
-    plans: dict[beat.PlanKey, catch_up.CatchUpPlan | None] = {}
+    plans: dict[planning.PlanKey, catch_up.CatchUpPlan | None] = {}
     beat.plan(row, SLOT + dt.timedelta(seconds=70), plans, {})
     beat.plan(dataclasses.replace(row, jitter_ms=0), SLOT + dt.timedelta(seconds=70), plans, {})
     assert len(plans) == 2

@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from cron_celery import beat, exceptions, reconciler
 from cron_celery import slots as slot_maths
-from cron_celery.beat import health, schedule_sync
+from cron_celery.beat import health, planning, schedule_sync
 from cron_celery.decisions import dispatch
 from cron_celery.declaring import registry
 from cron_celery.models import CronExecution, CronJob, Status
@@ -112,7 +112,7 @@ def test_slots_at_or_after_the_windows_end_are_neither_run_nor_missed():
     none = beat.plan(due_job(active_until=closes, catch_up="none"), T0 + 10 * MINUTE, {}, {})
     assert none is not None and (none.run, none.missed) == ([], [T0, T0 + MINUTE, T0 + 2 * MINUTE])
     # Jobs with other windows do not share a plan.
-    plans: dict[beat.PlanKey, object] = {}
+    plans: dict[planning.PlanKey, object] = {}
     first = beat.plan(due_job(active_until=closes), T0 + 10 * MINUTE, plans, {})  # type: ignore[arg-type]
     other = beat.plan(due_job(job_id=2), T0 + 10 * MINUTE, plans, {})  # type: ignore[arg-type]
     assert first is not None and other is not None and len(other.run) == 11 and len(first.run) == 3

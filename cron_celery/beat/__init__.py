@@ -14,7 +14,8 @@ was edited in the admin; if so it takes in the edits (``schedule_sync.apply_edit
 plans the due slots by each job's catch-up policy, records them for many jobs in one
 statement (``dispatch.dispatch_many``), and publishes only the executions it inserted.
 Other periodic tasks (made in the admin, or ``beat_schedule`` entries) are sent by
-django-celery-beat's ``DatabaseScheduler``, untracked, from the leader only.
+django-celery-beat's ``DatabaseScheduler``, untracked, from the leader only, and once per due time
+across a change of leader (``plain_tasks``).
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ import socket
 import threading
 import time
 import uuid
-import zoneinfo
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -39,7 +39,8 @@ from pottery import Redlock
 from pottery.exceptions import ExtendUnlockedLock, QuorumIsImpossible, ReleaseUnlockedLock
 
 from cron_celery import catch_up, check_errors, conf, schedules, slots
-from cron_celery.beat import health, publishing, schedule_problems, schedule_sync
+from cron_celery.beat import health, plain_tasks, publishing, schedule_problems, schedule_sync
+from cron_celery.beat.planning import PlanKey, log_round, plan
 from cron_celery.decisions import audit, dispatch, leadership, oneoffs, repairs
 from cron_celery.run import locks, outcomes, tasks
 
@@ -176,101 +177,6 @@ class Leadership:
         self.leading = False
 
 
-PlanKey = tuple[str, str, dt.datetime, str, int, dt.datetime | None, dt.datetime | None]
-
-
-
-def log_round(jobs: dict[int, dispatch.DueJob], decisions: list[dispatch.Decision], sent: int, missed: int,
-              seconds: float) -> None:
-    """One INFO line per dispatch round that found something due, one per job whose slots were
-    recorded MISSED (with why), and each slot at DEBUG."""
-    if not decisions:
-        return
-    logger.info("cron_celery beat: dispatched %d slot(s) of %d job(s) in %.0f ms (%d sent, %d recorded MISSED)",
-                sum(len(d.run) for d in decisions), len(decisions), seconds * 1000, sent, missed)
-    for decision in decisions:
-        job = jobs[decision.job_id]
-        for slot in decision.run:
-            logger.debug("cron_celery beat: %s %s dispatched", job.name, slots.iso(slot))
-        if decision.missed:
-            logger.info("cron job %s: %d slot(s) recorded MISSED, %s to %s: not dispatched in time (the beat "
-                        "was not running or was behind), and catch_up=%s does not run them late", job.name,
-                        len(decision.missed), slots.iso(min(decision.missed)), slots.iso(max(decision.missed)),
-                        job.catch_up)
-            for slot in decision.missed:
-                logger.debug("cron_celery beat: %s %s recorded MISSED", job.name, slots.iso(slot))
-
-def plan(row: dispatch.DueJob, now: dt.datetime, plans: dict[PlanKey, catch_up.CatchUpPlan | None],
-         parsed: dict[tuple[str, str], schedules.Schedule],
-         problems: dict[int, str] | None = None) -> dispatch.Decision | None:
-    """The decision for one due job. ``plans`` shares the work between jobs with the same
-    schedule that fell due together (a thousand every-minute jobs plan once); ``parsed``
-    caches schedules by (expression, timezone).
-
-    A job whose stored schedule cannot be planned gets no decision (and never raises, so
-    the other jobs of the batch are dispatched); with ``problems`` its reason is put there
-    by job id, for the caller to set the job aside. Execution dates are read in the job's
-    timezone, like every other writer's (``slots.execution_date``).
-
-    A job with jitter is planned as of ``now`` minus its offset: a slot is due once its offset
-    has passed, and it is late (catch-up) only if it is late by more than its grace after that.
-
-    A job with an active window plans only the slots inside it: none before ``active_from`` (the
-    first is the window's first slot) and none at or after ``active_until``; those outside are
-    neither run nor recorded MISSED. A job whose periodic task is ``one_off`` runs one slot (the
-    newest due) and its decision is its last (``Decision.last``)."""
-    key = (row.schedule, row.timezone, row.next_run_at, row.catch_up, row.jitter_ms, row.active_from,
-           row.active_until)
-    if key not in plans:
-        try:
-            if (row.schedule, row.timezone) not in parsed:
-                parsed[(row.schedule, row.timezone)] = schedules.parse_expression(row.schedule, row.timezone)
-            schedule = parsed[(row.schedule, row.timezone)]
-            as_of = now - dt.timedelta(milliseconds=row.jitter_ms)
-            first = row.next_run_at
-            if row.active_from is not None and first < row.active_from:  # slots before the window: never
-                first = schedule.next_after(row.active_from - dt.timedelta(microseconds=1))
-            plans[key] = catch_up.plan_catch_up(schedule, first, as_of, row.catch_up,
-                                                 limit=conf.settings.CATCH_UP_LIMIT, end=row.active_until)
-        except Exception as error:  # one job's bad row must not stop the batch
-            logger.error("cron job %s: its schedule %r (%s) cannot be planned: %s", row.name, row.schedule,
-                         row.timezone, error)
-            plans[key] = None
-    planned = plans[key]
-    try:
-        tz = zoneinfo.ZoneInfo(row.job_timezone)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        logger.error("cron job %s: its timezone %r does not exist", row.name, row.job_timezone)
-        planned = None
-    if planned is None:
-        if problems is not None:
-            problems[row.job_id] = unplannable(row)
-        return None
-    if planned.unrecorded_before is not None:
-        logger.warning("cron job %s: down since %s; slots before %s are not recorded as MISSED",
-                       row.name, slots.iso(row.next_run_at), slots.iso(planned.unrecorded_before))
-    run, missed, last = planned.run, planned.missed, False
-    if row.one_off and run:  # django-celery-beat's one_off: this slot, and no other, then disabled
-        run, missed, last = run[-1:], [], True
-    return dispatch.Decision(job_id=row.job_id, expected_next_run_at=row.next_run_at, next_run_at=planned.next_run_at,
-                             run=run, missed=missed, tz=tz, jitter_ms=row.jitter_ms, last=last,
-                             catching_up=planned.late)
-
-
-def unplannable(row: dispatch.DueJob) -> str:
-    """Why a due job cannot be planned, in words (for the few that cannot)."""
-    try:
-        zoneinfo.ZoneInfo(row.job_timezone)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        return f"the job's timezone {row.job_timezone!r} does not exist"
-    try:
-        schedule = schedules.parse_expression(row.schedule, row.timezone)
-        schedule.next_after(row.next_run_at)
-    except Exception as error:
-        return f"the schedule in effect, {row.schedule!r} ({row.timezone}), cannot be planned: {error}"
-    return f"the schedule in effect, {row.schedule!r} ({row.timezone}), cannot be planned"
-
-
 class Scheduler(DatabaseScheduler):  # type: ignore[misc]
     """Celery beat scheduler for cron_celery jobs.
 
@@ -291,6 +197,7 @@ class Scheduler(DatabaseScheduler):  # type: ignore[misc]
         self.published = 0  # executions sent since start
         self.uncounted: Counter[int] = Counter()  # sent per job, not yet on its periodic task
         self._beat_seen, self._beat_leading = -1e9, False
+        self._plain_read = False  # django-celery-beat's entries read since this beat took the lead
         super().__init__(*args, **kwargs)
 
     def setup_schedule(self) -> None:
@@ -314,8 +221,9 @@ class Scheduler(DatabaseScheduler):  # type: ignore[misc]
         leading = self.leadership.check()
         self.heartbeat(leading)
         if not leading:
+            self._plain_read = False
             return self.tick_seconds
-        plain = super().tick(*args, **kwargs)
+        plain = self.tick_plain(*args, **kwargs)
         wait = self.tick_seconds
         try:
             with signals_deferred():
@@ -323,6 +231,27 @@ class Scheduler(DatabaseScheduler):  # type: ignore[misc]
         except Exception:  # a failed round is retried next tick; beat must not die
             logger.exception("cron_celery beat: dispatch round failed")
         return max(0.005, min(float(plain), wait))
+
+    def tick_plain(self, *args: Any, **kwargs: Any) -> float:
+        """django-celery-beat's own periodic tasks, as ``DatabaseScheduler`` sends them, but read again
+        from the database whenever this beat takes the lead, each one's last run written before it is
+        sent (``plain_tasks``)."""
+        try:
+            if not self._plain_read:
+                plain_tasks.read_again(self)
+                self._plain_read = True
+            return float(super().tick(*args, **kwargs))
+        except Exception:  # a database that went away: nothing sent that was not written; read again
+            logger.exception("cron_celery beat: django-celery-beat's periodic tasks are read again next tick")
+            self._plain_read = False
+            return self.tick_seconds
+
+    def reserve(self, entry: Any) -> Any:
+        """The entry about to be sent: its last run and run count written to its row first."""
+        new_entry = super().reserve(entry)
+        plain_tasks.record_reserved(new_entry.model)
+        self._dirty.discard(new_entry.name)  # written: nothing for DatabaseScheduler's lazy sync
+        return new_entry
 
     def dispatch_due(self) -> float:
         """Record and publish every due slot; returns how long to sleep until the next one

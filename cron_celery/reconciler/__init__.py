@@ -79,8 +79,9 @@ from typing import Any
 from celery import current_app, shared_task, signals
 from django.db import DatabaseError, close_old_connections, connection, transaction
 
-from cron_celery import alerts, beat, catch_up, conf, enums, schedules, slots
+from cron_celery import alerts, catch_up, conf, enums, schedules, slots
 from cron_celery.alerts import delivery
+from cron_celery.beat import planning
 from cron_celery.decisions import dependencies, dispatch, leadership, removals, repairs, resends, timing
 from cron_celery.declaring import registry
 from cron_celery.reconciler import inflight, retention
@@ -339,11 +340,11 @@ def _send(task_name: str, execution_id: int, slot: dt.datetime, trigger: str, ta
 def _undispatched(report: Report, now: dt.datetime, options: dict[str, Any]) -> None:
     cutoff = now - dt.timedelta(seconds=float(options["MISSED_GRACE"]))
     due = dispatch.due_jobs(cutoff, limit=int(options["BATCH"]), skip_catch_up=enums.CatchUp.ALL)
-    plans: dict[beat.PlanKey, catch_up.CatchUpPlan | None] = {}
+    plans: dict[planning.PlanKey, catch_up.CatchUpPlan | None] = {}
     parsed: dict[tuple[str, str], schedules.Schedule] = {}
     decisions = []
     for row in due:
-        decision = beat.plan(row, cutoff, plans, parsed)
+        decision = planning.plan(row, cutoff, plans, parsed)
         if decision is None or not decision.missed:
             continue
         # Record only what the policy will never run; beat dispatches the rest when it is back.
