@@ -49,6 +49,8 @@ FROM cron_celery_cronjob AS j WHERE j.id = ANY(%s)
 
 
 def seed(jobs: int, rows: int, busy: int) -> None:
+    """Give the database ``jobs`` jobs with ``rows`` finished executions between them, and the
+    every-second job with ``busy``; kept as they are when the counts already match."""
     from django.db import connection
 
     from cron_celery import models
@@ -63,72 +65,82 @@ def seed(jobs: int, rows: int, busy: int) -> None:
         log(f"seeding {rows:,} executions of {jobs:,} jobs and {busy:,} of an every-second job ...")
         began = time.monotonic()
         cursor.execute(f"TRUNCATE {exe}, {job}, {models.Alert._meta.db_table} RESTART IDENTITY CASCADE")
-        cursor.execute(
-            f"""
-            INSERT INTO {job} (name, code, task, pattern, overlap, timezone, description, paused, catch_up,
-                               next_run_at, schedule, schedule_timezone, fence, consecutive_failures, last_status,
-                               last_run_at, last_success_at, created_at, updated_at)
-            SELECT 'job-' || lpad(n::text, 4, '0'), 'J' || n, 'bench.job' || n, 'standard', 'skip', 'UTC', '',
-                   false, 'latest', date_trunc('minute', now()) + interval '1 minute',
-                   CASE WHEN n %% 2 = 0 THEN 'every 60s' ELSE '*/5 * * * *' END, '', 0, n %% 4, 'SUCCEEDED',
-                   now(), now(), now(), now()
-            FROM generate_series(1, %s) AS n
-            """,
-            [jobs],
-        )
-        per_job = rows // jobs
-        for first in range(1, jobs + 1, 100):  # a hundred jobs per statement keeps memory modest
-            cursor.execute(
-                f"""
-                INSERT INTO {exe} (job_id, task_code, task_name, slot, execution_date, run_number, status, trigger,
-                    skip_reason, forced, created_at, started, ended, completed, success, message, error_code,
-                    traceback, retry_count, celery_task_id, worker, fence)
-                SELECT j.id, j.code, j.name, date_trunc('minute', now()) - make_interval(mins => g),
-                       (now() - make_interval(mins => g))::date, 1,
-                       CASE WHEN g %% 20 = 0 THEN 'FAILED' WHEN g %% 33 = 0 THEN 'SKIPPED' ELSE 'SUCCEEDED' END,
-                       'BEAT', '', false, now(), now() - make_interval(mins => g, secs => 1 + g %% 9),
-                       now() - make_interval(mins => g), true, g %% 20 <> 0, 'done', '', '', 0,
-                       md5(j.id::text || '-' || g), 'bench-worker', g
-                FROM {job} AS j, generate_series(1, %s) AS g
-                WHERE j.id BETWEEN %s AND %s
-                """,
-                [per_job, first, first + 99],
-            )
-        # job-0000 runs every second (it sorts first, so the dashboard's first page shows it): its
-        # executions took 5-50 ms; one in a hundred failed.
-        cursor.execute(
-            f"""
-            INSERT INTO {job} (name, code, task, pattern, overlap, timezone, description, paused, catch_up,
-                               next_run_at, schedule, schedule_timezone, fence, consecutive_failures, last_status,
-                               last_run_at, last_success_at, created_at, updated_at)
-            VALUES ('job-0000', 'J0', 'bench.job0', 'always', 'allow', 'UTC', 'every second', false, 'latest',
-                    date_trunc('second', now()) + interval '1 second', 'every 1s', '', 0, 0, 'SUCCEEDED',
-                    now(), now(), now(), now())
-            RETURNING id
-            """
-        )
-        busy_id = cursor.fetchone()[0]
-        cursor.execute("SELECT date_trunc('second', now())")  # one anchor for every statement's slots
-        anchor = cursor.fetchone()[0]
-        for first in range(1, busy + 1, 100_000):
-            cursor.execute(
-                f"""
-                INSERT INTO {exe} (job_id, task_code, task_name, slot, execution_date, run_number, status, trigger,
-                    skip_reason, forced, created_at, started, ended, completed, success, message, error_code,
-                    traceback, retry_count, celery_task_id, worker, fence)
-                SELECT %s, 'J0', 'job-0000', %s::timestamptz - make_interval(secs => g),
-                       (%s::timestamptz - make_interval(secs => g))::date, 1,
-                       CASE WHEN g %% 100 = 0 THEN 'FAILED' ELSE 'SUCCEEDED' END, 'BEAT', '', false, now(),
-                       %s::timestamptz - make_interval(secs => g + (5 + (g * 37) %% 46) / 1000.0),
-                       %s::timestamptz - make_interval(secs => g), true, g %% 100 <> 0, 'done', '', '', 0,
-                       md5('busy-' || g), 'bench-worker', g
-                FROM generate_series(%s, %s) AS g
-                """,
-                [busy_id, anchor, anchor, anchor, anchor, first, min(first + 99_999, busy)],
-            )
+        seed_jobs(cursor, exe, job, jobs, rows)
+        seed_busy_job(cursor, exe, job, busy)
         cursor.execute(f"ANALYZE {exe}")
         cursor.execute(f"ANALYZE {job}")
     log(f"  seeded in {time.monotonic() - began:.1f} s")
+
+
+def seed_jobs(cursor: Any, exe: str, job: str, jobs: int, rows: int) -> None:
+    """The ``jobs`` ordinary jobs (ids 1..jobs), and ``rows // jobs`` executions of each, one a minute back."""
+    cursor.execute(
+        f"""
+        INSERT INTO {job} (name, code, task, pattern, overlap, timezone, description, paused, catch_up,
+                           next_run_at, schedule, schedule_timezone, fence, consecutive_failures, last_status,
+                           last_run_at, last_success_at, created_at, updated_at)
+        SELECT 'job-' || lpad(n::text, 4, '0'), 'J' || n, 'bench.job' || n, 'standard', 'skip', 'UTC', '',
+               false, 'latest', date_trunc('minute', now()) + interval '1 minute',
+               CASE WHEN n %% 2 = 0 THEN 'every 60s' ELSE '*/5 * * * *' END, '', 0, n %% 4, 'SUCCEEDED',
+               now(), now(), now(), now()
+        FROM generate_series(1, %s) AS n
+        """,
+        [jobs],
+    )
+    per_job = rows // jobs
+    for first in range(1, jobs + 1, 100):  # a hundred jobs per statement keeps memory modest
+        cursor.execute(
+            f"""
+            INSERT INTO {exe} (job_id, task_code, task_name, slot, execution_date, run_number, status, trigger,
+                skip_reason, forced, created_at, started, ended, completed, success, message, error_code,
+                traceback, retry_count, celery_task_id, worker, fence)
+            SELECT j.id, j.code, j.name, date_trunc('minute', now()) - make_interval(mins => g),
+                   (now() - make_interval(mins => g))::date, 1,
+                   CASE WHEN g %% 20 = 0 THEN 'FAILED' WHEN g %% 33 = 0 THEN 'SKIPPED' ELSE 'SUCCEEDED' END,
+                   'BEAT', '', false, now(), now() - make_interval(mins => g, secs => 1 + g %% 9),
+                   now() - make_interval(mins => g), true, g %% 20 <> 0, 'done', '', '', 0,
+                   md5(j.id::text || '-' || g), 'bench-worker', g
+            FROM {job} AS j, generate_series(1, %s) AS g
+            WHERE j.id BETWEEN %s AND %s
+            """,
+            [per_job, first, first + 99],
+        )
+
+
+def seed_busy_job(cursor: Any, exe: str, job: str, busy: int) -> None:
+    """The busy job, and ``busy`` executions of it a second apart, back from one anchor."""
+    # job-0000 runs every second (it sorts first, so the dashboard's first page shows it): its
+    # executions took 5-50 ms; one in a hundred failed.
+    cursor.execute(
+        f"""
+        INSERT INTO {job} (name, code, task, pattern, overlap, timezone, description, paused, catch_up,
+                           next_run_at, schedule, schedule_timezone, fence, consecutive_failures, last_status,
+                           last_run_at, last_success_at, created_at, updated_at)
+        VALUES ('job-0000', 'J0', 'bench.job0', 'always', 'allow', 'UTC', 'every second', false, 'latest',
+                date_trunc('second', now()) + interval '1 second', 'every 1s', '', 0, 0, 'SUCCEEDED',
+                now(), now(), now(), now())
+        RETURNING id
+        """
+    )
+    busy_id = cursor.fetchone()[0]
+    cursor.execute("SELECT date_trunc('second', now())")  # one anchor for every statement's slots
+    anchor = cursor.fetchone()[0]
+    for first in range(1, busy + 1, 100_000):
+        cursor.execute(
+            f"""
+            INSERT INTO {exe} (job_id, task_code, task_name, slot, execution_date, run_number, status, trigger,
+                skip_reason, forced, created_at, started, ended, completed, success, message, error_code,
+                traceback, retry_count, celery_task_id, worker, fence)
+            SELECT %s, 'J0', 'job-0000', %s::timestamptz - make_interval(secs => g),
+                   (%s::timestamptz - make_interval(secs => g))::date, 1,
+                   CASE WHEN g %% 100 = 0 THEN 'FAILED' ELSE 'SUCCEEDED' END, 'BEAT', '', false, now(),
+                   %s::timestamptz - make_interval(secs => g + (5 + (g * 37) %% 46) / 1000.0),
+                   %s::timestamptz - make_interval(secs => g), true, g %% 100 <> 0, 'done', '', '', 0,
+                   md5('busy-' || g), 'bench-worker', g
+            FROM generate_series(%s, %s) AS g
+            """,
+            [busy_id, anchor, anchor, anchor, anchor, first, min(first + 99_999, busy)],
+        )
 
 
 def plans_scan_executions(sqls: list[str]) -> list[str]:
@@ -251,7 +263,8 @@ def versions() -> dict[str, str]:
             "postgresql": str(row[0]) if row else "?"}
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[int]]:
+    """The options, and the history sizes of ``--scrape-rows``."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--jobs", type=int, default=1_000)
@@ -268,8 +281,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--scrape-rows takes sizes such as 1000000,10000000, not {args.scrape_rows!r}")
     if args.jobs < 1 or args.rows < args.jobs or args.repeat < 1:
         parser.error("--jobs and --repeat must be at least 1, and --rows at least --jobs")
-    started_at = dt.datetime.now(dt.UTC)
-    loadavg = os.getloadavg()
+    return args, scrape_rows
+
+
+def set_up(args: argparse.Namespace, loadavg: tuple[float, float, float]) -> None:
+    """Django on the benchmark's own database (created if missing, migrated), seeded."""
     os.environ["DJANGO_SETTINGS_MODULE"] = "bench.history_settings"  # here, not at import
     from bench import history_settings
 
@@ -282,17 +298,26 @@ def main(argv: list[str] | None = None) -> int:
     log_machine(os.cpu_count(), loadavg[0], "slower")
     seed(args.jobs, args.rows, args.busy_rows)
 
+
+def logged_in() -> tuple[Any, dict[str, str]]:
+    """A test client logged in as the staff user ``bench``, and the endpoints' bearer header."""
     from django.conf import settings
     from django.contrib.auth import get_user_model
     from django.test import Client
-    from django.test.utils import override_settings
 
     user = get_user_model().objects.filter(username="bench").first() or get_user_model().objects.create_superuser(
         "bench", "bench@example.com", "bench-password-not-secret")
     client = Client()
     client.force_login(user)
     token = {"Authorization": f"Bearer {settings.CRON_CELERY['API_TOKENS']['bench']['token']}"}
-    middle = max(1, args.jobs // 2)  # the seeded jobs have ids 1..jobs and names job-0001...
+    return client, token
+
+
+def measure_pages(client: Any, token: dict[str, str], jobs: int, repeat: int) -> list[dict[str, Any]]:
+    """Each admin page and endpoint, timed and its queries counted and explained."""
+    from django.test.utils import override_settings
+
+    middle = max(1, jobs // 2)  # the seeded jobs have ids 1..jobs and names job-0001...
     pages = [
         ("dashboard (50 jobs a page)", "/admin/cron_celery/cronjob/", None),
         ("history, filtered by job", f"/admin/cron_celery/cronexecution/?job={middle}", None),
@@ -307,20 +332,21 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     with override_settings(ALLOWED_HOSTS=["testserver"]):
         for title, url, headers in pages:
-            figures = {"page": title, **measure(client, url, args.repeat, headers)}
+            figures = {"page": title, **measure(client, url, repeat, headers)}
             results.append(figures)
             mark = "ok" if figures["queries"] <= MAX_QUERIES and figures["median_ms"] <= MAX_MS else "over target"
             log(f"{title:40} {figures['queries']:3} queries  median {figures['median_ms']:8.2f} ms  "
                 f"p90 {figures['p90_ms']:8.2f} ms  seq scans {len(figures['seq_scans'])}  {mark}")
             for sql in figures["seq_scans"]:
                 log(f"    sequential scan: {sql}")
-    side = figures_side_by_side(args.repeat)
-    log(f"7-day figures of {side['jobs']} jobs: {side['rollups_ms']:.2f} ms from the rollups, "
-        f"{side['scan_ms']:.2f} ms scanning each week ({side['scan_ms'] / max(side['rollups_ms'], 0.01):.0f} x); "
-        f"every-second job {side['busy']['rollups']} against {side['busy']['scan']}")
-    purge = purge_throughput()
-    log(f"purge: {purge['rows']:,} rows in {purge['batches']} batches, {purge['seconds']} s, "
-        f"{purge['rows_per_second']:,} rows/s (target 50,000)")
+    return results
+
+
+def measure_scrapes(client: Any, token: dict[str, str], args: argparse.Namespace,
+                    scrape_rows: list[int]) -> list[dict[str, Any]]:
+    """The metrics scrape again at each history size of ``--scrape-rows``, seeded in turn."""
+    from django.test.utils import override_settings
+
     scrapes = []
     with override_settings(ALLOWED_HOSTS=["testserver"]):
         for rows in scrape_rows:  # the scrape again as the history grows: it must stay flat
@@ -329,6 +355,24 @@ def main(argv: list[str] | None = None) -> int:
             scrapes.append(figures)
             log(f"metrics scrape at {rows:>12,} executions: {figures['queries']} queries, median "
                 f"{figures['median_ms']:.2f} ms, p90 {figures['p90_ms']:.2f} ms, seq scans {len(figures['seq_scans'])}")
+    return scrapes
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, scrape_rows = parse_args(argv)
+    started_at = dt.datetime.now(dt.UTC)
+    loadavg = os.getloadavg()
+    set_up(args, loadavg)
+    client, token = logged_in()
+    results = measure_pages(client, token, args.jobs, args.repeat)
+    side = figures_side_by_side(args.repeat)
+    log(f"7-day figures of {side['jobs']} jobs: {side['rollups_ms']:.2f} ms from the rollups, "
+        f"{side['scan_ms']:.2f} ms scanning each week ({side['scan_ms'] / max(side['rollups_ms'], 0.01):.0f} x); "
+        f"every-second job {side['busy']['rollups']} against {side['busy']['scan']}")
+    purge = purge_throughput()
+    log(f"purge: {purge['rows']:,} rows in {purge['batches']} batches, {purge['seconds']} s, "
+        f"{purge['rows_per_second']:,} rows/s (target 50,000)")
+    scrapes = measure_scrapes(client, token, args, scrape_rows)
     header = {"date": started_at.strftime("%Y-%m-%d %H:%M UTC"), "rows": args.rows, "jobs": args.jobs,
               "busy_rows": args.busy_rows,
               "repeat": args.repeat, "purge_rows": PURGE_ROWS, "max_queries": MAX_QUERIES, "max_ms": MAX_MS,

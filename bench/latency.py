@@ -51,6 +51,10 @@ masters) and PostgreSQL (DATABASE_URL; its host, port and user with the database
 ``cron_celery_latency`` (``BENCH_LATENCY_DB``), created and migrated here; its cron_celery and
 periodic-task tables are emptied before each scheduler and at the end. It is not
 ``cron_celery_bench``, so that another benchmark working there at the same time is not disturbed).
+
+This module runs the phases; its parts are ``bench/latency_figures.py`` (the samples, percentiles
+and the table), ``bench/latency_processes.py`` (the beats, workers and lock masters),
+``bench/latency_database.py`` (the tables) and ``bench/latency_redis.py`` (the notes and the queue).
 """
 
 from __future__ import annotations
@@ -59,20 +63,13 @@ import argparse
 import contextlib
 import dataclasses
 import datetime as dt
-import math
 import os
 import platform
-import re
-import shutil
-import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +79,6 @@ if str(ROOT) not in sys.path:  # run as a script: make ``bench`` and ``cron_cele
 
 from bench import latency_mix  # noqa: E402
 from bench.common import (  # noqa: E402
-    BenchError,
     broker_client,
     log,
     log_machine,
@@ -91,398 +87,43 @@ from bench.common import (  # noqa: E402
     stop_on_sigterm,
     write_results,
 )
+from bench.kombu_keys import sweep  # noqa: E402
+from bench.latency_database import (  # noqa: E402
+    beats_seen,
+    create_periodic_tasks,
+    cron_ready,
+    cron_samples,
+    cron_window_done,
+    reset_tables,
+)
+from bench.latency_figures import (  # noqa: E402
+    CRON,
+    DBS,
+    LABELS,
+    SIDES,
+    Sample,
+    delays,
+    dispatch_rounds,
+    done_in_minute,
+    next_boundary,
+    percentile,
+    render,
+    seconds,
+    spread,
+    summarize,
+    throughput,
+    utc,
+)
+from bench.latency_processes import Process, RedisMaster, wait_until  # noqa: E402
+from bench.latency_redis import Notes, clear_notes, dbs_window_done, publish_cost, purge_queue  # noqa: E402
 
-CRON = "cron_celery"
-DBS = "dbs"
-SIDES = (CRON, DBS)
-LABELS = {CRON: "cron_celery", DBS: "DatabaseScheduler"}
+#: The figures are computed in ``bench.latency_figures``; they are named here too, for the
+#: script's tests and for anyone reading a run's figures through this module.
+__all__ = ["Sample", "delays", "dispatch_rounds", "done_in_minute", "percentile", "render", "seconds", "spread",
+           "summarize", "throughput", "utc"]
+
 DEFAULT_SIZES = (100, 1000, 10_000)
 QUICK_SIZES = (100,)
-PRIORITY_SEP = "\x06\x16"  # kombu's Redis transport names priority lists "queue\x06\x16<n>"
-#: The steps measured, in the table's order: (key, words); the last differs by scheduler.
-STEPS = (("recorded", "slot → recorded (row)"), ("handed", "slot → handed to kombu"), ("published", "slot → published"),
-         ("started", "slot → body start"), ("ended", "slot → final write"))
-#: Steps only cron_celery has: its row, and a publish pipeline apart from the send.
-OPTIONAL_STEPS = ("recorded", "handed")
-END_WORDS = {CRON: "slot → final write", DBS: "slot → body end"}
-ROUND_RE = re.compile(r"dispatched (\d+) slot\(s\) of (\d+) job\(s\) in (\d+) ms")
-
-
-# ------------------------------------------------------------------------ the figures
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Sample:
-    """One slot of one job (epoch seconds); None: that did not happen (or was not seen)."""
-
-    slot: float
-    recorded: float | None = None
-    handed: float | None = None
-    published: float | None = None
-    started: float | None = None
-    ended: float | None = None
-
-
-def percentile(values: list[float], share: float) -> float:
-    """Nearest-rank percentile (``share`` in 0..1] of a non-empty list."""
-    ordered = sorted(values)
-    return ordered[max(1, math.ceil(share * len(ordered))) - 1]
-
-
-def spread(values: list[float]) -> dict[str, float | int | None]:
-    """Count, p50, p95, p99 and max of ``values`` (None for an empty list)."""
-    if not values:
-        return {"n": 0, "p50": None, "p95": None, "p99": None, "max": None}
-    return {"n": len(values), "p50": percentile(values, 0.50), "p95": percentile(values, 0.95),
-            "p99": percentile(values, 0.99), "max": max(values)}
-
-
-def delays(samples: Iterable[Sample], step: str) -> list[float]:
-    """Seconds from each slot to ``step`` (a ``Sample`` field), where it happened."""
-    return [moment - sample.slot for sample in samples if (moment := getattr(sample, step)) is not None]
-
-
-def done_in_minute(samples: Iterable[Sample], expected: Mapping[float, int]) -> list[dict[str, Any]]:
-    """Per minute of the window (``expected``: its slots by the minute's start): how many of its
-    slots had their final write before the next minute began."""
-    done: Counter[float] = Counter()
-    for sample in samples:
-        minute = math.floor(sample.slot / 60) * 60.0
-        if minute in expected and sample.ended is not None and sample.ended < minute + 60:
-            done[minute] += 1
-    return [{"minute": utc(minute).strftime("%H:%M"), "expected": count, "done": done[minute]}
-            for minute, count in sorted(expected.items())]
-
-
-def throughput(ends: Iterable[float], window: int = 5) -> dict[str, float | int]:
-    """Final writes per second over the seconds in which at least one landed (``busy_s``), and
-    the best ``window`` consecutive seconds."""
-    per_second = Counter(math.floor(moment) for moment in ends)
-    if not per_second:
-        return {"completions": 0, "busy_s": 0, "per_s": 0.0, "peak_per_s": 0.0}
-    total = sum(per_second.values())
-    first, last = min(per_second), max(per_second)
-    best = max(sum(per_second.get(second + k, 0) for k in range(window)) for second in range(first, last + 1))
-    return {"completions": total, "busy_s": len(per_second), "per_s": total / len(per_second),
-            "peak_per_s": best / window}
-
-
-def summarize(samples: list[Sample], expected: Mapping[float, int]) -> dict[str, Any]:
-    """The figures of one scheduler at one size, from the window's samples."""
-    return {
-        "expected": sum(expected.values()),
-        "seen": len(samples),
-        "delays": {step: spread(delays(samples, step)) for step, _words in STEPS},
-        "per_minute": done_in_minute(samples, expected),
-        "throughput": throughput(sample.ended for sample in samples if sample.ended is not None),
-    }
-
-
-def dispatch_rounds(log_text: str) -> dict[str, Any]:
-    """The cron_celery beat's dispatch rounds, from its log lines: count, largest, time per round."""
-    rounds = [(int(slots), int(ms)) for slots, _jobs, ms in ROUND_RE.findall(log_text)]
-    if not rounds:
-        return {"rounds": 0}
-    times = [float(ms) for _slots, ms in rounds]
-    return {"rounds": len(rounds), "largest": max(slots for slots, _ms in rounds),
-            "ms_p50": percentile(times, 0.5), "ms_max": max(times),
-            "slots_per_s": sum(slots for slots, _ms in rounds) / (sum(times) / 1000) if sum(times) else None}
-
-
-def seconds(value: float | int | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value * 1000:.0f} ms" if abs(value) < 1 else f"{value:.2f} s"
-
-
-def render(results: Mapping[str, Mapping[str, Mapping[str, Any]]], settings: Mapping[str, Any]) -> list[str]:
-    """The printed table: per N, per scheduler, each step's percentiles, the minutes, the workers."""
-    lines: list[str] = []
-    head = f"  {'':<18} {'':<24} {'count':>13} {'p50':>9} {'p95':>9} {'p99':>9} {'max':>9}"
-    for size, by_side in results.items():
-        first = next(iter(by_side.values()))
-        lines.append(f"N = {int(size):,} ({settings['mix']}), {settings['minutes']} minute(s) from "
-                     f"{first['window'][0][11:16]} UTC, {first['expected']:,} slots; "
-                     f"{settings['workers']} worker(s) x {settings['concurrency']}")
-        lines.append(head)
-        for side, result in by_side.items():
-            label = LABELS.get(side, side)
-            for step, step_words in STEPS:
-                figures = result["delays"][step]
-                if step in OPTIONAL_STEPS and not figures["n"]:
-                    continue
-                words = END_WORDS.get(side, step_words) if step == "ended" else step_words
-                count = f"{figures['n']:,}/{result['expected']:,}"
-                lines.append(f"  {label:<18} {words:<24} {count:>13} {seconds(figures['p50']):>9} "
-                             f"{seconds(figures['p95']):>9} {seconds(figures['p99']):>9} "
-                             f"{seconds(figures['max']):>9}")
-                label = ""
-            minutes = ", ".join(f"{m['minute']} {m['done']:,}/{m['expected']:,}" for m in result["per_minute"])
-            lines.append(f"  {'':<18} done before the next minute: {minutes}")
-            flow = result["throughput"]
-            lines.append(f"  {'':<18} workers: {flow['completions']:,} final writes, {flow['per_s']:.1f}/s over "
-                         f"{flow['busy_s']} busy s, best 5 s {flow['peak_per_s']:.1f}/s")
-            rounds = result.get("dispatch")
-            if rounds and rounds.get("rounds"):
-                lines.append(f"  {'':<18} beat: {rounds['rounds']} dispatch round(s), largest {rounds['largest']:,} "
-                             f"slots, {rounds['ms_p50']:.0f} ms median, {rounds['ms_max']:.0f} ms max")
-            if not result.get("drained", True):
-                lines.append(f"  {'':<18} (stopped by --drain-cap before every window slot had ended)")
-        lines.append("")
-    return lines
-
-
-def utc(moment: float) -> dt.datetime:
-    return dt.datetime.fromtimestamp(moment, tz=dt.UTC)
-
-
-def next_boundary(after: float) -> float:
-    """The first whole minute strictly after ``after``."""
-    return (math.floor(after / 60) + 1) * 60.0
-
-
-# -------------------------------------------------------------------------- processes
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class Process:
-    """A subprocess in its own process group, its output in a log file."""
-
-    def __init__(self, name: str, cmd: list[str], env: Mapping[str, str], log_path: Path) -> None:
-        self.name = name
-        self.log_path = log_path
-        self._log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=dict(env), stdout=self._log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, start_new_session=True)
-
-    def check_alive(self) -> None:
-        if self.proc.poll() is not None:
-            raise BenchError(f"{self.name} exited with {self.proc.returncode}:\n{self.tail()}")
-
-    def tail(self, lines: int = 30) -> str:
-        return "\n".join(self.text().splitlines()[-lines:])
-
-    def text(self) -> str:
-        try:
-            return self.log_path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return ""
-
-    def stop(self, grace: float = 30) -> None:
-        """SIGTERM to the process (a worker's warm shutdown lets its pool finish the tasks in
-        hand; a signal to the whole group would kill them mid-task), then SIGKILL whatever is
-        left of its group."""
-        group = self.proc.pid  # start_new_session: the group's id is the leader's pid
-        with contextlib.suppress(ProcessLookupError):
-            self.proc.send_signal(signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=grace)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(group, signal.SIGKILL)  # the leader, or orphaned pool children
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=10)
-        self._log.close()
-
-
-class RedisMaster(Process):
-    """A throw-away ``redis-server`` on a free port: one of the three lock masters."""
-
-    def __init__(self, workdir: Path) -> None:
-        self.port = free_port()
-        directory = workdir / f"redis-{self.port}"
-        directory.mkdir(parents=True, exist_ok=True)
-        binary = shutil.which("redis-server") or "/usr/bin/redis-server"
-        super().__init__(f"redis-server :{self.port}",
-                         [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                          "--dir", str(directory)], os.environ, directory / "redis.log")
-        import redis
-
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                if redis.Redis(port=self.port, socket_timeout=1).ping():
-                    break
-            except redis.RedisError:
-                if time.monotonic() > deadline:
-                    self.stop()
-                    raise BenchError(f"redis-server on port {self.port} did not start") from None
-                time.sleep(0.05)
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-
-def wait_until(what: str, condition: Callable[[], bool], timeout: float, processes: list[Process],
-               interval: float = 0.5) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        for process in processes:
-            process.check_alive()
-        if time.monotonic() > deadline:
-            raise BenchError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(interval)
-
-
-# --------------------------------------------------------------------------- database
-
-
-def reset_tables() -> None:
-    """Empty cron_celery's and django-celery-beat's tables in the script's own database (only there)."""
-    from django.apps import apps
-    from django.db import connection
-
-    from bench import latency_settings
-    from bench.run import FORBIDDEN_DATABASES
-
-    name = connection.settings_dict["NAME"]
-    if name != latency_settings.LATENCY_DB or name in FORBIDDEN_DATABASES:
-        raise BenchError(f"refusing to empty tables in {name}")
-    tables = [model._meta.db_table for label in ("cron_celery", "django_celery_beat")
-              for model in apps.get_app_config(label).get_models() if not model._meta.proxy]
-    with connection.cursor() as cursor:
-        cursor.execute(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY CASCADE")
-
-
-def create_periodic_tasks(n: int, mix: str) -> None:
-    """N periodic tasks of the plain task, the mix's schedules, each last run "now": the first
-    slot of each is its schedule's next (the 10 s interval: the next multiple of 10 s)."""
-    from django.utils import timezone
-    from django_celery_beat.models import CrontabSchedule, IntervalSchedule, PeriodicTask, PeriodicTasks
-
-    from bench.latency_jobs import PLAIN_TASK
-
-    crontabs = {}
-    for kind, expression in latency_mix.CRON.items():
-        minute, hour, day, month, weekday = expression.split()
-        crontabs[kind] = CrontabSchedule.objects.create(minute=minute, hour=hour, day_of_month=day,
-                                                        month_of_year=month, day_of_week=weekday, timezone="UTC")
-    interval = IntervalSchedule.objects.create(every=latency_mix.PERIOD[latency_mix.EVERY_10S],
-                                               period=IntervalSchedule.SECONDS)
-    now = timezone.now()
-    aligned = utc(math.floor(now.timestamp() / 10) * 10.0)
-    rows = []
-    for i in range(n):
-        kind = latency_mix.kind_of(i, mix)
-        if kind == latency_mix.EVERY_10S:
-            rows.append(PeriodicTask(name=latency_mix.job_name(i, kind), task=PLAIN_TASK, interval=interval,
-                                     last_run_at=aligned, enabled=True))
-        else:
-            rows.append(PeriodicTask(name=latency_mix.job_name(i, kind), task=PLAIN_TASK, crontab=crontabs[kind],
-                                     last_run_at=now, enabled=True))
-    PeriodicTask.objects.bulk_create(rows, batch_size=2000)
-    PeriodicTasks.update_changed()  # bulk_create sends no signal
-
-
-def cron_ready(n: int) -> bool:
-    """The leader has synced the N jobs and ticked (its heartbeat says it leads)."""
-    from cron_celery.models import BeatHeartbeat, CronJob
-
-    return (BeatHeartbeat.objects.filter(leading=True).exists()
-            and CronJob.objects.filter(code__startswith="LAT-", next_run_at__isnull=False).count() == n)
-
-
-def beats_seen() -> int:
-    from cron_celery.models import BeatHeartbeat
-
-    return BeatHeartbeat.objects.count()
-
-
-#: Statuses of a row whose body never ran: their ``ended`` is no final write of a run.
-UNRUN = ("SKIPPED", "MISSED")
-TERMINAL = ("SUCCEEDED", "FAILED", "TIMED_OUT", "LOST", "SKIPPED", "MISSED", "REVOKED")
-
-
-def cron_window_done(start: float, end: float) -> bool:
-    """Every window execution is over, and the beat has recorded a slot past the window."""
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute(
-            """
-            SELECT count(*) FILTER (WHERE slot < %(end)s AND status <> ALL(%(terminal)s)),
-                   count(*) FILTER (WHERE slot >= %(end)s)
-            FROM cron_celery_cronexecution WHERE task_code LIKE 'LAT-%%' AND slot >= %(start)s
-            """,
-            {"start": utc(start), "end": utc(end), "terminal": list(TERMINAL)},
-        )
-        row = cursor.fetchone()
-    assert row is not None
-    return int(row[0]) == 0 and int(row[1]) > 0
-
-
-def cron_samples(start: float, end: float, notes: Notes) -> tuple[list[Sample], dict[str, int]]:
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute(
-            """
-            SELECT id, slot, created_at, ended, status, trigger, celery_task_id FROM cron_celery_cronexecution
-            WHERE task_code LIKE 'LAT-%%' AND slot >= %s AND slot < %s
-            """,
-            [utc(start), utc(end)],
-        )
-        rows = cursor.fetchall()
-    samples: list[Sample] = []
-    statuses: Counter[str] = Counter()
-    for execution_id, slot, created_at, ended, status, trigger, task_id in rows:
-        statuses[f"{status} {trigger}"] += 1
-        noted = notes.pub.get(str(task_id))
-        samples.append(Sample(slot=slot.timestamp(), recorded=created_at.timestamp(),
-                              handed=noted[1] if noted else None, published=notes.published_at(str(task_id)),
-                              started=notes.start.get(str(execution_id)),
-                              ended=ended.timestamp() if ended is not None and status not in UNRUN else None))
-    return samples, dict(statuses)
-
-
-# ----------------------------------------------------------------------------- notes
-
-
-@dataclasses.dataclass
-class Notes:
-    """What the beats and bodies wrote to Redis (``bench/latency_jobs.py``)."""
-
-    pub: dict[str, tuple[float | None, float]]  # task id -> (due, signal time)
-    wire: dict[str, float]
-    start: dict[str, float]
-    end: dict[str, float]
-
-    @classmethod
-    def read(cls, client: Any, key: str) -> Notes:
-        def floats(name: str) -> dict[str, float]:
-            return {k.decode(): float(v) for k, v in client.hgetall(f"{key}:{name}").items()}
-
-        pub: dict[str, tuple[float | None, float]] = {}
-        for field, value in client.hgetall(f"{key}:pub").items():
-            due, _, moment = value.decode().partition(" ")
-            pub[field.decode()] = (float(due) if due else None, float(moment))
-        return cls(pub=pub, wire=floats("wire"), start=floats("start"), end=floats("end"))
-
-    def published_at(self, task_id: str) -> float | None:
-        if task_id in self.wire:
-            return self.wire[task_id]
-        noted = self.pub.get(task_id)
-        return noted[1] if noted else None
-
-    def dbs_samples(self, start: float, end: float) -> list[Sample]:
-        return [Sample(slot=due, published=moment, started=self.start.get(task_id), ended=self.end.get(task_id))
-                for task_id, (due, moment) in self.pub.items() if due is not None and start <= due < end]
-
-
-def dbs_window_done(client: Any, key: str, end: float) -> bool:
-    """Every publish due in the window has its body's end, and one past the window was sent."""
-    notes = Notes.read(client, key)
-    window = [task_id for task_id, (due, _moment) in notes.pub.items() if due is not None and due < end]
-    past = any(due is not None and due >= end for due, _moment in notes.pub.values())
-    return past and all(task_id in notes.end for task_id in window)
-
-
-# -------------------------------------------------------------------------------- run
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -602,85 +243,6 @@ def phase(job: Setup, side: str, n: int, client: Any) -> dict[str, Any]:
         f"{seconds(figures['ended']['p99'])}; {result['throughput']['per_s']:.1f} final writes/s"
         + ("" if drained else " (drain cap reached)"))
     return result
-
-
-# ------------------------------------------------------------------------------ redis
-
-
-def publish_cost(client: Any, queue: str, messages: int = 2000, repeats: int = 3) -> dict[str, Any]:
-    """Microseconds per message of the beat's way to publish a round (``publishing.RoundSender``)
-    against ``app.send_task`` per message, as the beat did before: ``messages`` messages of as many
-    task names (a round of distinct jobs) into kombu's publish batch, to the run's queue before any
-    worker consumes it (emptied after each). Alternated ``repeats`` times; medians."""
-    import statistics
-
-    from bench.celery_app import app
-    from cron_celery.beat import publishing
-    from cron_celery.run import tasks
-
-    slot = utc(next_boundary(time.time()))
-    names = [f"bench.latency_cost_{i:06d}" for i in range(messages)]
-
-    def by_send_task(producer: Any) -> None:
-        for i, name in enumerate(names):
-            tasks.publish(app, name, tasks.headers(i, slot, "BEAT"), task_id=uuid.uuid4().hex, producer=producer)
-
-    def by_round(producer: Any) -> None:
-        sender = publishing.RoundSender(app, producer)
-        for i, name in enumerate(names):
-            sender.send(name, tasks.headers(i, slot, "BEAT"), uuid.uuid4().hex)
-
-    per_message: dict[str, list[float]] = {"send_task": [], "round": []}
-    for _ in range(repeats + 1):  # the first pair warms up
-        for way, send in (("send_task", by_send_task), ("round", by_round)):
-            with app.producer_or_acquire() as producer, producer.batch(max_size=1000):
-                started = time.perf_counter()
-                send(producer)
-            per_message[way].append((time.perf_counter() - started) / messages * 1e6)
-            if client.llen(queue) != messages:
-                raise BenchError(f"publish cost: {client.llen(queue)} messages in {queue}, {messages} sent")
-            purge_queue(client, queue)
-    send_task_us = statistics.median(per_message["send_task"][1:])
-    round_us = statistics.median(per_message["round"][1:])
-    return {"messages": messages, "repeats": repeats, "send_task_us": send_task_us, "round_us": round_us,
-            "ratio": round_us / send_task_us}
-
-
-def clear_notes(client: Any, key: str) -> None:
-    for name in ("pub", "wire", "start", "end", "ready:dbs"):
-        client.delete(f"{key}:{name}")
-
-
-def purge_queue(client: Any, queue: str) -> None:
-    client.delete(queue, *(f"{queue}{PRIORITY_SEP}{p}" for p in (3, 6, 9)))
-
-
-def sweep(client: Any, tag: str) -> int:
-    """Delete the keys, binding members and unacked entries that carry the run's tag."""
-    mark = tag.encode()
-    removed = 0
-    for key in client.scan_iter(match=f"*{tag}*", count=500):
-        removed += int(client.delete(key))
-    for pattern in ("_kombu.binding.*", "_kombu.binding_permanent.*"):
-        for key in client.scan_iter(match=pattern, count=500):
-            if client.type(key) == b"set":
-                members = [m for m in client.smembers(key) if mark in m]
-                if members:
-                    removed += int(client.srem(key, *members))
-    if client.type("_kombu.binding_deadlines") == b"zset":
-        stale = [m for m, _ in client.zscan_iter("_kombu.binding_deadlines") if mark in m]
-        if stale:
-            removed += int(client.zrem("_kombu.binding_deadlines", *stale))
-    if client.type("unacked") == b"hash":  # only after a worker was killed: its messages
-        tags = [field for field, value in client.hscan_iter("unacked") if mark in value]
-        if tags:
-            removed += int(client.hdel("unacked", *tags))
-            if client.type("unacked_index") == b"zset":
-                client.zrem("unacked_index", *tags)
-    return removed
-
-
-# ------------------------------------------------------------------------------- main
 
 
 def versions() -> dict[str, str]:

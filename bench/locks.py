@@ -1,6 +1,7 @@
 """What a job lock costs: one acquire + release, from the raw Redis commands up to cron_celery.
 
-Variants, each timed per iteration from building the lock object to the end of its release:
+Variants (``bench/locks_variants.py``), each timed per iteration from building the lock object to
+the end of its release:
 
   raw          ``SET key token NX PX ttl``, then a compare-and-delete Lua script (``GET`` =
                token, then ``DEL``; sent with ``EVALSHA``) with redis-py, one master: the floor;
@@ -34,20 +35,16 @@ from __future__ import annotations
 import argparse
 import contextlib
 import cProfile
-import dataclasses
 import datetime as dt
 import gc
 import io
 import os
 import platform
 import pstats
-import signal
 import statistics
 import sys
 import tempfile
 import time
-import uuid
-from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -57,151 +54,12 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script: make ``cron_celery`` importable
     sys.path.insert(0, str(ROOT))
 
-from bench.common import BenchError, log, log_machine, run, write_results  # noqa: E402
-from bench.redis_server import RedisServer, nothing  # noqa: E402
+from bench.common import log, log_machine, run, stop_on_sigterm, write_results  # noqa: E402
+from bench.locks_variants import TTL, Variant, build_variants, close_variants  # noqa: E402
+from bench.redis_server import RedisServer  # noqa: E402
 
-TTL = 60  # seconds, cron_celery's default LOCK["TTL"]
-TAG = uuid.uuid4().hex[:8]
-
-#: redis-py's own release script, and pottery's: compare the token, then delete.
-COMPARE_AND_DELETE = """
-if redis.call('get', KEYS[1]) == ARGV[1] then
-    return redis.call('del', KEYS[1])
-else
-    return 0
-end
-"""
-
-
-# ----------------------------------------------------------------------- redis servers
-
-
-@dataclasses.dataclass
-class Variant:
-    """``one(i)`` is one acquire + release of the ``i``-th key. Clients are made once per
-    variant (no connects inside the timed chunks); ``active()`` is entered around each
-    chunk and ``close()`` is called at the end."""
-
-    key: str
-    label: str
-    masters: int
-    one: Callable[[int], None]
-    close: Callable[[], None]
-    active: Callable[[], contextlib.AbstractContextManager[None]] = nothing
-    floor: bool = False
-    reference_only: bool = False  # shown, but no target depends on it
-
-
-def plain_client(url: str) -> redis.Redis:
-    return redis.Redis.from_url(url)
-
-
-def close_all(clients: Iterable[redis.Redis]) -> Callable[[], None]:
-    def close() -> None:
-        for client in clients:
-            client.close()
-
-    return close
-
-
-def raw_variant(key: str, label: str, urls: list[str], **options: Any) -> Variant:
-    clients = [plain_client(url) for url in urls]
-    release_script = clients[0].register_script(COMPARE_AND_DELETE)
-    ttl_ms = TTL * 1000
-    prefix = f"bench-locks:{TAG}:{key}"
-
-    def one(i: int) -> None:
-        name = f"{prefix}:{i}"
-        token = uuid.uuid4().hex
-        for client in clients:
-            if not client.set(name, token, nx=True, px=ttl_ms):
-                raise BenchError(f"raw SET NX on {name} did not acquire")
-        for client in clients:
-            if release_script(keys=[name], args=[token], client=client) != 1:
-                raise BenchError(f"raw release of {name} deleted nothing")
-
-    return Variant(key, label, len(urls), one, close_all(clients), **options)
-
-
-def redis_py_variant(key: str, label: str, url: str) -> Variant:
-    client = plain_client(url)
-    prefix = f"bench-locks:{TAG}:{key}"
-
-    def one(i: int) -> None:
-        lock = client.lock(f"{prefix}:{i}", timeout=TTL)
-        if not lock.acquire(blocking=False):
-            raise BenchError(f"redis-py lock {prefix}:{i} did not acquire")
-        lock.release()
-
-    return Variant(key, label, 1, one, client.close)
-
-
-def pottery_variant(key: str, label: str, urls: list[str]) -> Variant:
-    from pottery import Redlock
-
-    clients = frozenset(plain_client(url) for url in urls)
-    prefix = f"bench-locks:{TAG}:{key}"
-
-    def one(i: int) -> None:
-        lock = Redlock(key=f"{prefix}:{i}", masters=clients, auto_release_time=TTL,
-                       raise_on_redis_errors=True)
-        if not lock.acquire(blocking=False):
-            raise BenchError(f"pottery Redlock {prefix}:{i} did not acquire")
-        lock.release()
-
-    return Variant(key, label, len(urls), one, close_all(clients))
-
-
-def cron_celery_variant(key: str, label: str, urls: list[str]) -> Variant:
-    """``JobLock`` as a worker uses it: masters from ``CRON_CELERY["LOCK"]`` (switched with
-    ``override_settings`` around each chunk), clients shared by the process."""
-    from django.test import override_settings
-
-    from cron_celery import conf
-    from cron_celery.run import locks
-
-    @contextlib.contextmanager
-    def active() -> Iterator[None]:
-        with override_settings(CRON_CELERY={"LOCK": {"MASTERS": urls, "TTL": TTL}}):
-            if conf.lock_masters() != urls:  # setting_changed must have reset conf's cache
-                raise BenchError(f"conf.lock_masters() returned {conf.lock_masters()}, not {urls}")
-            yield
-
-    prefix = f"bench-{TAG}-{key}"
-
-    def one(i: int) -> None:
-        lock = locks.JobLock(f"{prefix}-{i}")
-        state = lock.acquire()
-        if state != locks.HELD:
-            raise BenchError(f"JobLock {lock.name} acquire returned {state!r}")
-        lock.release()
-
-    return Variant(key, label, len(urls), one, lambda: None, active=active)
-
-
-def build_variants(urls: list[str]) -> list[Variant]:
-    one, three = urls[:1], urls[:3]
-    return [
-        raw_variant("raw", "raw SET NX PX + Lua compare-and-delete", one, floor=True),
-        raw_variant("raw3", "raw SET NX PX + Lua, 3 masters in turn", three, reference_only=True),
-        redis_py_variant("redis-py", "redis-py Lock (client.lock)", one[0]),
-        pottery_variant("pottery1", "pottery Redlock", one),
-        cron_celery_variant("cron1", "cron_celery JobLock", one),
-        pottery_variant("pottery3", "pottery Redlock", three),
-        cron_celery_variant("cron3", "cron_celery JobLock", three),
-    ]
-
-
-def close_variants(variants: list[Variant]) -> None:
-    """Close the benchmark's own clients, and cron_celery's (made for these masters)."""
-    for variant in variants:
-        variant.close()
-    from cron_celery.run import locks
-
-    with locks._clients_lock:
-        for client in locks._clients.values():
-            client.close()
-        locks._clients.clear()
+#: Each cron_celery variant and the pottery variant with the same masters: the target's pairs.
+PAIRS = {"cron1": "pottery1", "cron3": "pottery3"}
 
 
 # ------------------------------------------------------------------------------ timing
@@ -291,7 +149,9 @@ def fmt(value: float) -> str:
     return f"{value:9.0f}"
 
 
-def main(argv: list[str] | None = None) -> int:
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The options, with ``iterations``, ``warmup`` and ``repeat`` resolved (``--quick`` or the defaults)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--iterations", type=int, default=None,
                         help="timed iterations per variant and repeat (default 2000)")
@@ -308,88 +168,81 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None,
                         help="write the results here (default bench/results/locks-<time>.json)")
     args = parser.parse_args(argv)
-    iterations = args.iterations or (200 if args.quick else 2000)
-    warmup = args.warmup if args.warmup is not None else (20 if args.quick else 200)
-    repeat = args.repeat or (1 if args.quick else 3)
-    if iterations < 100:
+    args.iterations = args.iterations or (200 if args.quick else 2000)
+    args.warmup = args.warmup if args.warmup is not None else (20 if args.quick else 200)
+    args.repeat = args.repeat or (1 if args.quick else 3)
+    if args.iterations < 100:
         parser.error("--iterations must be at least 100 (for a 99th percentile)")
     if args.chunk < 1:
         parser.error("--chunk must be at least 1")
+    return args
 
-    def on_term(signum: int, frame: Any) -> None:  # a SIGTERM must still stop the servers
-        raise KeyboardInterrupt(f"signal {signum}")
 
-    signal.signal(signal.SIGTERM, on_term)
-    configure_django()
+def describe_run(args: argparse.Namespace, servers: list[RedisServer], started_at: dt.datetime) -> dict[str, Any]:
+    """The run's settings, as the results file records them; logged as the output's first lines."""
+    header: dict[str, Any] = {
+        "date": started_at.strftime("%Y-%m-%d %H:%M UTC"),
+        "iterations": args.iterations, "warmup": args.warmup, "repeat": args.repeat, "chunk": args.chunk,
+        "ttl_seconds": TTL, "masters": [server.url for server in servers], "redis_server": servers[0].version(),
+        "cpus": os.cpu_count(), "loadavg_start": os.getloadavg(), **versions(),
+    }
+    log(f"cron_celery lock benchmark, {header['date']}")
+    log(f"  {args.iterations} timed iterations per variant and repeat after {args.warmup} warm-up, "
+        f"{args.repeat} repeat(s), variants interleaved in chunks of {args.chunk}")
+    log(f"  masters: redis-server {header['redis_server']} x3 on 127.0.0.1 ports "
+        f"{', '.join(str(s.port) for s in servers)} (--save '' --appendonly no); "
+        f"TTL {TTL}s; a new key every iteration")
+    log(f"  Python {header['python']}, Django {header['django']}, redis-py "
+        f"{header['redis_py']}, pottery {header['pottery']}")
+    log_machine(header["cpus"], header["loadavg_start"][0], "high and noisy")
+    log("")
+    return header
 
-    started_at = dt.datetime.now(dt.UTC)
-    servers: list[RedisServer] = []
-    variants: list[Variant] = []
-    with tempfile.TemporaryDirectory(prefix="cron-celery-bench-locks-") as tmp:
-        try:
-            for _ in range(3):
-                servers.append(RedisServer(Path(tmp)).start())
-            urls = [server.url for server in servers]
-            header: dict[str, Any] = {
-                "date": started_at.strftime("%Y-%m-%d %H:%M UTC"),
-                "iterations": iterations, "warmup": warmup, "repeat": repeat, "chunk": args.chunk,
-                "ttl_seconds": TTL, "masters": urls, "redis_server": servers[0].version(),
-                "cpus": os.cpu_count(), "loadavg_start": os.getloadavg(), **versions(),
-            }
-            log(f"cron_celery lock benchmark, {header['date']}")
-            log(f"  {iterations} timed iterations per variant and repeat after {warmup} warm-up, "
-                f"{repeat} repeat(s), variants interleaved in chunks of {args.chunk}")
-            log(f"  masters: redis-server {header['redis_server']} x3 on 127.0.0.1 ports "
-                f"{', '.join(str(s.port) for s in servers)} (--save '' --appendonly no); "
-                f"TTL {TTL}s; a new key every iteration")
-            log(f"  Python {header['python']}, Django {header['django']}, redis-py "
-                f"{header['redis_py']}, pottery {header['pottery']}")
-            log_machine(header["cpus"], header["loadavg_start"][0], "high and noisy")
-            log("")
 
-            variants = build_variants(urls)
-            per_repeat: dict[str, list[dict[str, float]]] = {v.key: [] for v in variants}
-            header["loadavg_per_repeat"] = []
-            for rep in range(1, repeat + 1):
-                t0 = time.perf_counter()
-                samples = run_repeat(variants, rep=rep, iterations=iterations, warmup=warmup,
-                                     chunk=args.chunk)
-                for variant in variants:
-                    timed = samples[variant.key]
-                    per_repeat[variant.key].append({
-                        "median": statistics.median(timed), "p99": p99(timed),
-                        "mean": statistics.fmean(timed), "min": min(timed), "max": max(timed),
-                    })
-                header["loadavg_per_repeat"].append(os.getloadavg())
-                cells = "  ".join(f"{v.key} {per_repeat[v.key][-1]['median']:.0f}" for v in variants)
-                log(f"repeat {rep}/{repeat} ({time.perf_counter() - t0:.1f}s, load "
-                    f"{os.getloadavg()[0]:.2f}), medians in µs: {cells}")
+def time_repeats(variants: list[Variant], args: argparse.Namespace,
+                 header: dict[str, Any]) -> dict[str, list[dict[str, float]]]:
+    """Every repeat's figures per variant (microseconds); each repeat's load average goes to ``header``."""
+    per_repeat: dict[str, list[dict[str, float]]] = {v.key: [] for v in variants}
+    header["loadavg_per_repeat"] = []
+    for rep in range(1, args.repeat + 1):
+        t0 = time.perf_counter()
+        samples = run_repeat(variants, rep=rep, iterations=args.iterations, warmup=args.warmup,
+                             chunk=args.chunk)
+        for variant in variants:
+            timed = samples[variant.key]
+            per_repeat[variant.key].append({
+                "median": statistics.median(timed), "p99": p99(timed),
+                "mean": statistics.fmean(timed), "min": min(timed), "max": max(timed),
+            })
+        header["loadavg_per_repeat"].append(os.getloadavg())
+        cells = "  ".join(f"{v.key} {per_repeat[v.key][-1]['median']:.0f}" for v in variants)
+        log(f"repeat {rep}/{args.repeat} ({time.perf_counter() - t0:.1f}s, load "
+            f"{os.getloadavg()[0]:.2f}), medians in µs: {cells}")
+    return per_repeat
 
-            reports = profile(variants, ("pottery1", "cron1", "pottery3", "cron3"),
-                              args.profile_iterations, 25) if args.profile else {}
-            header["loadavg_end"] = os.getloadavg()
-        finally:
-            with contextlib.suppress(Exception):
-                close_variants(variants)
-            for server in servers:
-                server.stop()
 
+def summarize(per_repeat: dict[str, list[dict[str, float]]]) -> dict[str, dict[str, Any]]:
+    """Per variant: the median of the repeats' medians and of their p99s, the median over the
+    floor's, and for cron_celery over pottery's with the same masters (overall and per repeat)."""
     summary: dict[str, dict[str, Any]] = {
         key: {"median_us": statistics.median(r["median"] for r in runs),
               "p99_us": statistics.median(r["p99"] for r in runs)}
         for key, runs in per_repeat.items()
     }
     floor = summary["raw"]["median_us"]
-    pairs = {"cron1": "pottery1", "cron3": "pottery3"}
     for key, values in summary.items():
         values["x_floor"] = values["median_us"] / floor
-        if key in pairs:
-            values["x_pottery"] = values["median_us"] / summary[pairs[key]]["median_us"]
+        if key in PAIRS:
+            values["x_pottery"] = values["median_us"] / summary[PAIRS[key]]["median_us"]
             values["x_pottery_per_repeat"] = [
                 mine["median"] / theirs["median"]
-                for mine, theirs in zip(per_repeat[key], per_repeat[pairs[key]], strict=True)
+                for mine, theirs in zip(per_repeat[key], per_repeat[PAIRS[key]], strict=True)
             ]
+    return summary
 
+
+def log_summary(variants: list[Variant], summary: dict[str, dict[str, Any]], load_end: float) -> bool:
+    """The table of the variants and the ratios against pottery; returns whether the target was met."""
     log("")
     log(f"{'variant':<48}{'masters':>8}{'median µs':>11}{'p99 µs':>9}{'x floor':>9}{'/ pottery':>11}")
     for variant in variants:
@@ -399,14 +252,42 @@ def main(argv: list[str] | None = None) -> int:
         log(f"{label:<48}{variant.masters:>8}{values['median_us']:>11.0f}{values['p99_us']:>9.0f}"
             f"{values['x_floor']:>9.2f}{ratio}")
     log("")
-    target_met = all(summary[key]["x_pottery"] <= 1.1 for key in pairs)
-    for key in pairs:
+    target_met = all(summary[key]["x_pottery"] <= 1.1 for key in PAIRS)
+    for key in PAIRS:
         per = ", ".join(f"{r:.2f}" for r in summary[key]["x_pottery_per_repeat"])
         log(f"cron_celery / pottery, {key[-1]} master(s): {summary[key]['x_pottery']:.2f}  "
             f"(per repeat: {per})")
     log(f"target cron_celery <= 1.1 x pottery: {'met' if target_met else 'NOT met'}")
-    load_end = header["loadavg_end"][0]
     log(f"load average at the end {load_end:.2f}")
+    return target_met
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    stop_on_sigterm()  # a SIGTERM must still stop the servers
+    configure_django()
+
+    started_at = dt.datetime.now(dt.UTC)
+    servers: list[RedisServer] = []
+    variants: list[Variant] = []
+    with tempfile.TemporaryDirectory(prefix="cron-celery-bench-locks-") as tmp:
+        try:
+            for _ in range(3):
+                servers.append(RedisServer(Path(tmp)).start())
+            header = describe_run(args, servers, started_at)
+            variants = build_variants(header["masters"])
+            per_repeat = time_repeats(variants, args, header)
+            reports = profile(variants, ("pottery1", "cron1", "pottery3", "cron3"),
+                              args.profile_iterations, 25) if args.profile else {}
+            header["loadavg_end"] = os.getloadavg()
+        finally:
+            with contextlib.suppress(Exception):
+                close_variants(variants)
+            for server in servers:
+                server.stop()
+
+    summary = summarize(per_repeat)
+    target_met = log_summary(variants, summary, header["loadavg_end"][0])
     for key, text in reports.items():
         log(f"\ncProfile, {args.profile_iterations} iterations of {key} (cumulative):\n{text}")
 

@@ -50,6 +50,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script: make ``bench`` and ``cron_celery`` importable
     sys.path.insert(0, str(ROOT))
 
+from bench import kombu_keys  # noqa: E402
 from bench.common import (  # noqa: E402
     BenchError,
     broker_client,
@@ -258,17 +259,6 @@ def publish(app: Any, variant: Variant, queue: str, first: int, count: int, prod
         task.apply_async(kwargs=kwargs, queue=queue, producer=producer)
 
 
-def sweep_redis(client: Any, mark: str) -> None:
-    """Delete the keys naming ``mark``, and the members naming it in kombu's shared binding sets."""
-    for key in client.scan_iter(match=f"*{mark}*", count=500):
-        client.delete(key)
-    for pattern in ("_kombu.binding.*", "_kombu.binding_permanent.*"):
-        for key in client.scan_iter(match=pattern, count=500):
-            if client.type(key) == b"set":
-                members = [member for member in client.smembers(key) if mark.encode() in member]
-                if members:
-                    client.srem(key, *members)
-
 
 def measure(app: Any, client: Any, variant: Variant, checkpoints: tuple[int, ...], ahead: int,
             concurrency: int, logdir: Path) -> dict[str, Any]:
@@ -312,7 +302,7 @@ def measure(app: Any, client: Any, variant: Variant, checkpoints: tuple[int, ...
             raise BenchError(f"{finished} rows in {variant.table} for {checkpoints[-1]} runs")
     finally:
         worker.stop()
-        sweep_redis(client, f"{PREFIX}-{variant.key}")
+        kombu_keys.sweep(client, f"{PREFIX}-{variant.key}")
         client.delete(counter)
     return {"label": variant.label, "task": variant.task, "result_backend": variant.result_backend,
             "seconds": round(seconds, 1), "samples": samples, "growth": growth(samples)}
@@ -394,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             with contextlib.suppress(Exception):
                 clean_tracked_tables()
-            sweep_redis(client, PREFIX)
+            kombu_keys.sweep(client, PREFIX)
     write_results("memory", started_at, {"settings": header, "results": results}, args.json)
     return 0
 

@@ -202,6 +202,79 @@ def page_cell(page: dict[str, Any] | None) -> str:
     return f"{fmt_ms(page['median_ms'])} ({page['statements']}; {page['rows_read']:,})"
 
 
+def scheduler_row(size: int, figures: dict[str, Any]) -> list[str]:
+    """The scheduler's own figures at one size: declaring, builds, idle tick, edits, burst, memory."""
+    edit = figures["edit"]
+    return [
+        f"{size:,}", fmt_seconds(figures.get("declare_s")), fmt_seconds(figures["build_first"]["seconds"]),
+        fmt_seconds(figures["build_restart"]["seconds"]), fmt_ms(figures["idle"]["median_ms"]),
+        f"{fmt_ms(edit['single']['ms'])} ({edit['single']['rows_read']:,})",
+        f"{fmt_ms(edit['shared_row']['ms'])} ({edit['shared_row']['rows_read']:,})",
+        burst_cell(figures["burst"]), *memory_cells(figures["memory"], size),
+    ]
+
+
+def admin_row(size: int, figures: dict[str, Any]) -> list[str]:
+    """The sync command and the admin's pages at one size."""
+    sync = figures.get("sync_command") or {}
+    return [
+        f"{size:,}", f"{fmt_seconds(sync.get('seconds'))} ({fmt_number(sync.get('statements'))}; "
+                     f"{fmt_number(sync.get('rows_read'))})",
+        *(page_cell(figures["pages"].get(key)) for key, _name in BEAT_PAGES),
+    ]
+
+
+def growth_line(name: str, old: float | None, new: float | None, unit: str, expect: str, grew_n: float) -> str:
+    """One figure from the smaller size to the larger (N grew ``grew_n`` times), and what it should do."""
+    grew, verdict = scale_growth(old, new, grew_n)
+    digits = 0 if unit == "rows" else 2
+    shown = f"{fmt_number(old, digits)} {unit} to {fmt_number(new, digits)} {unit}"
+    return f"- {name}: {shown}, {TIMES}{fmt_ratio(grew)}: {verdict} (should be {expect})."
+
+
+def built_mib(figures: dict[str, Any]) -> float | None:
+    """Resident memory added by the time the scheduler was built (None: not measured)."""
+    memory = figures["memory"]
+    if memory.get("built_mib") is None or memory.get("before_mib") is None:
+        return None
+    return float(memory["built_mib"]) - float(memory["before_mib"])
+
+
+def page_growth_lines(before: dict[str, Any], after: dict[str, Any], grew_n: float) -> list[str]:
+    """How the rows each admin page read, and its time, grew between the two sizes."""
+    lines = []
+    for key, name in BEAT_PAGES:
+        old, new = before["pages"].get(key), after["pages"].get(key)
+        if old is None or new is None:
+            continue
+        grew, verdict = scale_growth(old["rows_read"], new["rows_read"], grew_n)
+        took = ratio(new["median_ms"], old["median_ms"])
+        lines.append(f"- {name}: {old['rows_read']:,} rows read to {new['rows_read']:,}, {TIMES}{fmt_ratio(grew)}: "
+                     f"{verdict} (should be flat); {fmt_ms(old['median_ms'])} to {fmt_ms(new['median_ms'])} "
+                     f"({TIMES}{fmt_ratio(took)}).")
+    return lines
+
+
+def growth_lines(small: int, large: int, before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """What each of cron_celery's figures did from the second largest N to the largest."""
+    grew_n = large / small
+    return [f"From N = {small:,} to N = {large:,} ({TIMES}{grew_n:g}), what each figure did:", "",
+            growth_line("declaring the jobs", before.get("declare_s"), after.get("declare_s"), "s", "linear",
+                        grew_n),
+            growth_line("build, restart", before["build_restart"]["seconds"], after["build_restart"]["seconds"],
+                        "s", "linear", grew_n),
+            growth_line("idle tick", before["idle"]["median_ms"], after["idle"]["median_ms"], "ms", "flat",
+                        grew_n),
+            growth_line("one edit, rows read", before["edit"]["single"]["rows_read"],
+                        after["edit"]["single"]["rows_read"], "rows", "flat", grew_n),
+            growth_line("burst, all published", before["burst"]["time_to_all_s"],
+                        after["burst"]["time_to_all_s"], "s", "linear", grew_n),
+            memory_growth(small, large, built_mib(before), built_mib(after)),
+            growth_line("`sync_cron_schedules`", (before.get("sync_command") or {}).get("seconds"),
+                        (after.get("sync_command") or {}).get("seconds"), "s", "linear", grew_n),
+            *page_growth_lines(before, after, grew_n), ""]
+
+
 def beat_scale_lines(data: dict[str, Any]) -> list[str]:
     """cron_celery at every size (100,000 in the full run): declaring the jobs, resident memory,
     ``sync_cron_schedules`` and the admin's pages, and how each grew with N."""
@@ -210,23 +283,6 @@ def beat_scale_lines(data: dict[str, Any]) -> list[str]:
     if not sizes:
         return []  # results from before these figures
     ours = {size: data["results"][str(size)]["cron_celery"] for size in sizes}
-    scheduler_rows, admin_rows = [], []
-    for size in sizes:
-        figures = ours[size]
-        edit = figures["edit"]
-        scheduler_rows.append([
-            f"{size:,}", fmt_seconds(figures.get("declare_s")), fmt_seconds(figures["build_first"]["seconds"]),
-            fmt_seconds(figures["build_restart"]["seconds"]), fmt_ms(figures["idle"]["median_ms"]),
-            f"{fmt_ms(edit['single']['ms'])} ({edit['single']['rows_read']:,})",
-            f"{fmt_ms(edit['shared_row']['ms'])} ({edit['shared_row']['rows_read']:,})",
-            burst_cell(figures["burst"]), *memory_cells(figures["memory"], size),
-        ])
-        sync = figures.get("sync_command") or {}
-        admin_rows.append([
-            f"{size:,}", f"{fmt_seconds(sync.get('seconds'))} ({fmt_number(sync.get('statements'))}; "
-                         f"{fmt_number(sync.get('rows_read'))})",
-            *(page_cell(figures["pages"].get(key)) for key, _name in BEAT_PAGES),
-        ])
     lines = [
         "### cron_celery at the largest N: memory, the sync command and the admin",
         "",
@@ -240,56 +296,21 @@ def beat_scale_lines(data: dict[str, Any]) -> list[str]:
         "",
         *table(["N", "declared", "build, first", "build, restart", "idle tick (median)", "one edit (rows read)",
                 "shared crontab edit (rows read)", "burst: all N published after", "memory: declared",
-                "built", "after the burst", "per job"], scheduler_rows, "lrrrrrrrrrrr"),
+                "built", "after the burst", "per job"], [scheduler_row(size, ours[size]) for size in sizes],
+               "lrrrrrrrrrrr"),
         "",
         "`manage.py sync_cron_schedules` with every job already in place, then the admin's pages as a",
         "logged-in superuser, the burst's N executions in the history and the tables analyzed (as autovacuum",
         "would have by then): median of five requests after a warm-up (SQL statements; rows they returned).",
         "",
-        *table(["N", "`sync_cron_schedules`", *(name for _key, name in BEAT_PAGES)], admin_rows,
-               "l" + "r" * (1 + len(BEAT_PAGES))),
+        *table(["N", "`sync_cron_schedules`", *(name for _key, name in BEAT_PAGES)],
+               [admin_row(size, ours[size]) for size in sizes], "l" + "r" * (1 + len(BEAT_PAGES))),
         "",
     ]
     if len(sizes) < 2:
         return lines
     small, large = sizes[-2], sizes[-1]
-    grew_n = large / small
-    before, after = ours[small], ours[large]
-
-    def said(name: str, old: float | None, new: float | None, unit: str, expect: str) -> str:
-        grew, verdict = scale_growth(old, new, grew_n)
-        digits = 0 if unit == "rows" else 2
-        shown = f"{fmt_number(old, digits)} {unit} to {fmt_number(new, digits)} {unit}"
-        return f"- {name}: {shown}, {TIMES}{fmt_ratio(grew)}: {verdict} (should be {expect})."
-
-    def built(figures: dict[str, Any]) -> float | None:
-        memory = figures["memory"]
-        if memory.get("built_mib") is None or memory.get("before_mib") is None:
-            return None
-        return float(memory["built_mib"]) - float(memory["before_mib"])
-
-    lines += [f"From N = {small:,} to N = {large:,} ({TIMES}{grew_n:g}), what each figure did:", "",
-              said("declaring the jobs", before.get("declare_s"), after.get("declare_s"), "s", "linear"),
-              said("build, restart", before["build_restart"]["seconds"], after["build_restart"]["seconds"], "s",
-                   "linear"),
-              said("idle tick", before["idle"]["median_ms"], after["idle"]["median_ms"], "ms", "flat"),
-              said("one edit, rows read", before["edit"]["single"]["rows_read"],
-                   after["edit"]["single"]["rows_read"], "rows", "flat"),
-              said("burst, all published", before["burst"]["time_to_all_s"], after["burst"]["time_to_all_s"], "s",
-                   "linear"),
-              memory_growth(small, large, built(before), built(after)),
-              said("`sync_cron_schedules`", (before.get("sync_command") or {}).get("seconds"),
-                   (after.get("sync_command") or {}).get("seconds"), "s", "linear")]
-    for key, name in BEAT_PAGES:
-        old, new = before["pages"].get(key), after["pages"].get(key)
-        if old is None or new is None:
-            continue
-        grew, verdict = scale_growth(old["rows_read"], new["rows_read"], grew_n)
-        took = ratio(new["median_ms"], old["median_ms"])
-        lines.append(f"- {name}: {old['rows_read']:,} rows read to {new['rows_read']:,}, {TIMES}{fmt_ratio(grew)}: "
-                     f"{verdict} (should be flat); {fmt_ms(old['median_ms'])} to {fmt_ms(new['median_ms'])} "
-                     f"({TIMES}{fmt_ratio(took)}).")
-    return [*lines, ""]
+    return [*lines, *growth_lines(small, large, ours[small], ours[large])]
 
 
 def beat_section(results: Results) -> list[str]:

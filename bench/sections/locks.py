@@ -36,13 +36,9 @@ def lock_ratios_per_repeat(data: dict[str, Any]) -> dict[str, list[float]]:
             for mine, theirs in LOCK_PAIRS.items()}
 
 
-def locks_section(results: Results) -> list[str]:
-    data = results.data["locks"]
-    settings = need(data, "locks.json", "settings")
-    variants = need(data, "locks.json", "variants")
-    summary = need(data, "locks.json", "summary")
-    ratios = lock_ratios(data)
-    per_repeat = lock_ratios_per_repeat(data)
+def locks_rows(variants: dict[str, Any], summary: dict[str, Any], ratios: dict[str, float]) -> list[list[str]]:
+    """The results table's rows: each variant's medians, its ratio to the floor, and cron_celery's
+    to pottery's (in bold)."""
     rows = []
     for key, variant in variants.items():
         label = variant["label"]
@@ -53,8 +49,41 @@ def locks_section(results: Results) -> list[str]:
         rows.append([label, str(variant["masters"]), fmt_number(summary[key]["median_us"]),
                      fmt_number(summary[key]["p99_us"]), fmt_ratio(ratios[f"{key}_floor"]),
                      fmt_ratio(ratios[key], bold=True) if key in LOCK_PAIRS else ""])
+    return rows
+
+
+def locks_section(results: Results) -> list[str]:
+    data = results.data["locks"]
+    settings = need(data, "locks.json", "settings")
+    variants = need(data, "locks.json", "variants")
+    summary = need(data, "locks.json", "summary")
+    ratios = lock_ratios(data)
+    per_repeat = lock_ratios_per_repeat(data)
+    rows = locks_rows(variants, summary, ratios)
     met = all(ratios[key] <= LOCK_TARGET for key in LOCK_PAIRS)
     repeat = int(settings["repeat"])
+    return [
+        *locks_method(),
+        "### Results",
+        "",
+        *table(["variant", "masters", "median (µs)", "p99 (µs)", f"{TIMES} floor", "cron_celery ÷ pottery"], rows,
+               "lrrrrr"),
+        "",
+        f"cron_celery ÷ pottery in each repeat: {', '.join(fmt_ratio(r) for r in per_repeat['cron1'])} with "
+        f"one master, {', '.join(fmt_ratio(r) for r in per_repeat['cron3'])} with three. Target "
+        f"(at most {LOCK_TARGET} with the same masters): **{'met' if met else 'not met'}**.",
+        "",
+        measured(results, "locks", settings["date"]) + f" {settings['iterations']:,} timed iterations after "
+        f"{settings['warmup']:,} warm-up, {repeat} repeat{'s' if repeat != 1 else ''}, chunks of "
+        f"{settings['chunk']}; redis-server {settings.get('redis_server', '?')}, redis-py "
+        f"{settings.get('redis_py', '?')}, pottery {settings.get('pottery', '?')}.",
+        "",
+        *locks_explained(),
+    ]
+
+
+def locks_method() -> list[str]:
+    """The section's opening: what one iteration of each variant does, and how it is timed."""
     return [
         "## Locks",
         "",
@@ -91,20 +120,12 @@ def locks_section(results: Results) -> list[str]:
         "percentiles, each median over the floor's, and cron_celery's over pottery's with the same",
         f"masters (target: at most {LOCK_TARGET}).",
         "",
-        "### Results",
-        "",
-        *table(["variant", "masters", "median (µs)", "p99 (µs)", f"{TIMES} floor", "cron_celery ÷ pottery"], rows,
-               "lrrrrr"),
-        "",
-        f"cron_celery ÷ pottery in each repeat: {', '.join(fmt_ratio(r) for r in per_repeat['cron1'])} with "
-        f"one master, {', '.join(fmt_ratio(r) for r in per_repeat['cron3'])} with three. Target "
-        f"(at most {LOCK_TARGET} with the same masters): **{'met' if met else 'not met'}**.",
-        "",
-        measured(results, "locks", settings["date"]) + f" {settings['iterations']:,} timed iterations after "
-        f"{settings['warmup']:,} warm-up, {repeat} repeat{'s' if repeat != 1 else ''}, chunks of "
-        f"{settings['chunk']}; redis-server {settings.get('redis_server', '?')}, redis-py "
-        f"{settings.get('redis_py', '?')}, pottery {settings.get('pottery', '?')}.",
-        "",
+    ]
+
+
+def locks_explained() -> list[str]:
+    """The section's close: what the floor stands for, and where pottery spends its time."""
+    return [
         "### What the floor means",
         "",
         "The floor is the least any Redis lock can cost here: two round trips to one local master, a",
