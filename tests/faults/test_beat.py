@@ -89,6 +89,8 @@ def run_two_beats(tmp: Path, marker: Path, seconds: float, *, workers: int = 1,
     with cluster(tmp, marker, workers=workers, **extra) as env:
         beats = [start_beat(tmp, env, i) for i in range(2)]
         try:
+            # The seconds count from the first dispatch: a loaded machine may take a while to start a beat.
+            wait_for(CronExecution.objects.exists, timeout=90, what="the beats' first dispatch")
             if kill_leader_after is not None:
                 # The leader is the first beat to log its lead; on a loaded machine that may take a while.
                 wait_for(lambda: any(took_lead_before(beat_log(tmp, i), time.time() + 2) for i in range(2)),
@@ -109,6 +111,10 @@ def run_two_beats(tmp: Path, marker: Path, seconds: float, *, workers: int = 1,
                 stop(proc)
     logs = [beat_log(tmp, i) for i in range(2)]
     return logs, sum(1 for log in logs if took_lead_before(log, stopped)), stopped
+
+
+def timestamp(seconds: float) -> dt.datetime:
+    return dt.datetime.fromtimestamp(seconds, dt.UTC)
 
 
 def took_lead_before(log: str, moment: float) -> bool:
@@ -206,9 +212,11 @@ def test_a_beat_down_for_several_slots_catches_up_by_each_jobs_policy(tmp_path, 
         time.sleep(8)
         beat = start_beat(tmp_path, env, 0)
         up_at = time.time()
-        time.sleep(6)
+        jobs = {"catch-up-none": "none", "catch-up-latest": "latest", "catch-up-all": "all"}
+        # Until each job has a slot on time after the restart (a loaded machine starts a beat slowly).
+        wait_for(lambda: all(CronExecution.objects.filter(task_name=name, slot__gt=timestamp(up_at + 4)).exists()
+                             for name in jobs), timeout=90, what="slots on time after the restart")
         stop(beat)
-    jobs = {"catch-up-none": "none", "catch-up-latest": "latest", "catch-up-all": "all"}
     for name, policy in jobs.items():
         rows = list(CronExecution.objects.filter(task_name=name).order_by("slot"))
         slots = [row.slot.timestamp() for row in rows]
