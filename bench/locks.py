@@ -149,7 +149,6 @@ def fmt(value: float) -> str:
     return f"{value:9.0f}"
 
 
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """The options, with ``iterations``, ``warmup`` and ``repeat`` resolved (``--quick`` or the defaults)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)

@@ -259,7 +259,6 @@ def publish(app: Any, variant: Variant, queue: str, first: int, count: int, prod
         task.apply_async(kwargs=kwargs, queue=queue, producer=producer)
 
 
-
 def measure(app: Any, client: Any, variant: Variant, checkpoints: tuple[int, ...], ahead: int,
             concurrency: int, logdir: Path) -> dict[str, Any]:
     queue = f"{PREFIX}-{variant.key}"

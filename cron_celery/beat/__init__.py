@@ -234,23 +234,29 @@ class Scheduler(DatabaseScheduler):  # type: ignore[misc]
 
     def tick_plain(self, *args: Any, **kwargs: Any) -> float:
         """django-celery-beat's own periodic tasks, as ``DatabaseScheduler`` sends them, but read again
-        from the database whenever this beat takes the lead, each one's last run written before it is
-        sent (``plain_tasks``)."""
+        from the database whenever this beat takes the lead, and each one's send written (compared and
+        set) before it is sent (``plain_tasks``). SIGTERM waits until the tick's sends are done."""
         try:
-            if not self._plain_read:
-                plain_tasks.read_again(self)
-                self._plain_read = True
-            return float(super().tick(*args, **kwargs))
-        except Exception:  # a database that went away: nothing sent that was not written; read again
-            logger.exception("cron_celery beat: django-celery-beat's periodic tasks are read again next tick")
-            self._plain_read = False
-            return self.tick_seconds
+            with signals_deferred():
+                if not self._plain_read:
+                    plain_tasks.read_again(self)
+                    self._plain_read = True
+                return float(super().tick(*args, **kwargs))
+        except plain_tasks.SentElsewhere as elsewhere:  # another beat sent it since this one read it
+            logger.warning("cron_celery beat: %s; its periodic tasks are read again", elsewhere)
+        except Exception as error:  # a database that went away: nothing sent that was not written
+            logger.warning("cron_celery beat: django-celery-beat's periodic tasks are read again next tick (%s: %s)",
+                           type(error).__name__, str(error).strip())
+        self._plain_read = False
+        return self.tick_seconds
 
     def reserve(self, entry: Any) -> Any:
-        """The entry about to be sent: its last run and run count written to its row first."""
+        """The entry about to be sent: its last run and run count written to its row first, only if the
+        row still holds the run count this beat read (else ``plain_tasks.SentElsewhere``: not sent)."""
+        counted = entry.model.total_run_count
         new_entry = super().reserve(entry)
-        plain_tasks.record_reserved(new_entry.model)
-        self._dirty.discard(new_entry.name)  # written: nothing for DatabaseScheduler's lazy sync
+        self._dirty.discard(new_entry.name)  # never written by DatabaseScheduler's lazy sync: by the line below
+        plain_tasks.record_reserved(new_entry.model, counted)
         return new_entry
 
     def dispatch_due(self) -> float:

@@ -16,7 +16,6 @@ logger = logging.getLogger("cron_celery.beat")
 PlanKey = tuple[str, str, dt.datetime, str, int, dt.datetime | None, dt.datetime | None]
 
 
-
 def log_round(jobs: dict[int, dispatch.DueJob], decisions: list[dispatch.Decision], sent: int, missed: int,
               seconds: float) -> None:
     """One INFO line per dispatch round that found something due, one per job whose slots were
@@ -36,6 +35,7 @@ def log_round(jobs: dict[int, dispatch.DueJob], decisions: list[dispatch.Decisio
                         job.catch_up)
             for slot in decision.missed:
                 logger.debug("cron_celery beat: %s %s recorded MISSED", job.name, slots.iso(slot))
+
 
 def plan(row: dispatch.DueJob, now: dt.datetime, plans: dict[PlanKey, catch_up.CatchUpPlan | None],
          parsed: dict[tuple[str, str], schedules.Schedule],

@@ -178,27 +178,36 @@ def test_the_standby_takes_over_when_the_leader_is_killed_and_no_slot_is_lost(tm
 
 
 def test_a_killed_leader_leaves_no_plain_periodic_task_for_the_standby_to_send_again(tmp_path, marker):
-    """Untracked periodic tasks are sent once per due time across a takeover: an interval, a crontab
-    and a clocked one-off, each due once while the first leader leads, none due again before the test
-    ends. The standby read them when it started; it must not send them again from that old copy."""
+    """Untracked periodic tasks are sent once per due time across a takeover. Made before the beats
+    start: a primer, due at once (Celery writes the last runs after a beat's first send, and not again
+    for three minutes), then an interval, a crontab and a clocked one-off, due together at a minute at
+    least 20 s away and not again before the test ends. The leader sends each one and is SIGKILLed; the
+    standby holds the copy it read at its start and must not send them again."""
+    now = timezone.now()
+    due = (now + dt.timedelta(seconds=80)).replace(second=0, microsecond=0)  # a minute 20 to 80 s away
+    every_30s, _ = IntervalSchedule.objects.get_or_create(every=30, period=IntervalSchedule.SECONDS)
+    hourly = CrontabSchedule.objects.create(minute=str(due.minute), hour="*", timezone="UTC")
+    plain = {"interval": {"interval": every_30s, "last_run_at": due - dt.timedelta(seconds=30)},
+             "crontab": {"crontab": hourly, "last_run_at": due - dt.timedelta(seconds=30)},
+             "clocked": {"clocked": ClockedSchedule.objects.create(clocked_time=due), "one_off": True}}
+    every_hour, _ = IntervalSchedule.objects.get_or_create(every=3600, period=IntervalSchedule.SECONDS)
+    PeriodicTask.objects.create(name="plain primer", task="tests.jobsapp.tasks.plain_mark", args='["primer"]',
+                                interval=every_hour, last_run_at=now - dt.timedelta(hours=2))
+    for label, schedule in plain.items():
+        PeriodicTask.objects.create(name=f"plain {label}", task="tests.jobsapp.tasks.plain_mark",
+                                    args=json.dumps([label]), **schedule)
 
-    def create() -> None:  # made once the leader runs: it has written its first "last run" by then
-        now = timezone.now()
-        every_30s, _ = IntervalSchedule.objects.get_or_create(every=30, period=IntervalSchedule.SECONDS)
-        hourly = CrontabSchedule.objects.create(minute=str((now.minute + 30) % 60), hour="*", timezone="UTC")
-        soon = ClockedSchedule.objects.create(clocked_time=now + dt.timedelta(seconds=1))
-        plain = {"interval": {"interval": every_30s, "last_run_at": now - dt.timedelta(seconds=29)},
-                 "crontab": {"crontab": hourly, "last_run_at": now - dt.timedelta(hours=2)},
-                 "clocked": {"clocked": soon, "one_off": True}}
-        for label, schedule in plain.items():
-            PeriodicTask.objects.create(name=f"plain {label}", task="tests.jobsapp.tasks.plain_mark",
-                                        args=json.dumps([label]), **schedule)
+    def sent_all() -> None:  # the leader sent all three before it is killed
+        wait_for(lambda: len([line for line in marked(marker) if line.startswith("plain-mark ")]) >= 4,
+                 timeout=150, what="the primer and the three plain periodic tasks")
 
-    logs, leaders, _stopped = run_two_beats(tmp_path, marker, seconds=10, kill_leader_after=5, at_lead=create,
+    logs, leaders, _stopped = run_two_beats(tmp_path, marker, seconds=10, kill_leader_after=2, at_lead=sent_all,
                                             CRON_TEST_BEAT_LEASE_SECONDS="3")
     assert leaders == 2, logs  # the first leader sent each one, then the standby took over
     sent = Counter(line.split()[1] for line in marked(marker) if line.startswith("plain-mark "))
-    assert sent == {"interval": 1, "crontab": 1, "clocked": 1}, logs
+    assert sent == {"primer": 1, "interval": 1, "crontab": 1, "clocked": 1}, logs
+    senders = [{label for label in plain if f"Sending due task plain {label} " in log} for log in logs]
+    assert sorted(senders, key=len) == [set(), set(plain)], senders  # the killed leader sent them all
 
 
 def test_a_beat_down_for_several_slots_catches_up_by_each_jobs_policy(tmp_path, marker):
@@ -214,7 +223,8 @@ def test_a_beat_down_for_several_slots_catches_up_by_each_jobs_policy(tmp_path, 
         up_at = time.time()
         jobs = {"catch-up-none": "none", "catch-up-latest": "latest", "catch-up-all": "all"}
         # Until each job has a slot on time after the restart (a loaded machine starts a beat slowly).
-        wait_for(lambda: all(CronExecution.objects.filter(task_name=name, slot__gt=timestamp(up_at + 4)).exists()
+        wait_for(lambda: all(CronExecution.objects.filter(task_name=name, slot__gt=timestamp(up_at + 2),
+                                                          trigger=Trigger.BEAT, status=Status.SUCCEEDED).exists()
                              for name in jobs), timeout=90, what="slots on time after the restart")
         stop(beat)
     for name, policy in jobs.items():
