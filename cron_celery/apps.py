@@ -38,8 +38,10 @@ class CronCeleryConfig(AppConfig):
     def ready(self) -> None:
         from cron_celery import alerts, checks, reconciler
         from cron_celery.alerts import delivery, schedule_alerts, sentry, signals
+        from cron_celery.decisions import tracked
         from cron_celery.declaring import registry
         from cron_celery.run import backfill, events, shutdown
+        from cron_celery.tracking import worker
 
         # Their Celery tasks (an alert's delivery, a schedule problem's, a backfill's rest) register as
         # they are imported: every worker must know them, whatever else its settings install.
@@ -53,6 +55,9 @@ class CronCeleryConfig(AppConfig):
         checks.connect()
         shutdown.connect()
         reconciler.connect()
+        # Tracked periodic tasks: their jobs found from their rows, their tasks wrapped on every worker.
+        registry.set_loader(tracked.load_job)
+        worker.connect()
         # Declare every job now, so a duplicate name or code stops start-up at once, in a few lines.
         from cron_celery import exceptions
 

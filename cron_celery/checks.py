@@ -108,6 +108,22 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                 hint="Use an IANA name such as 'Europe/Amsterdam'.",
                 id="cron_celery.E004",
             ))
+    return [*errors, *_tracking_problems(values)]
+
+
+def _tracking_problems(values: conf.Settings) -> list[checks.CheckMessage]:
+    """E017: ``TRACK_PERIODIC_TASKS`` or ``TRACKED_CATCH_UP`` that cannot be read (nothing is tracked then)."""
+    from cron_celery.tracking import selection
+
+    errors: list[checks.CheckMessage] = []
+    problem = selection.problem(values.TRACK_PERIODIC_TASKS)
+    if problem:
+        errors.append(checks.Error(f"CRON_CELERY['TRACK_PERIODIC_TASKS']: {problem}.",
+                                   hint=see("configuration", "tracking-periodic-tasks"), id="cron_celery.E017"))
+    if str(values.TRACKED_CATCH_UP) not in {policy.value for policy in enums.CatchUp}:
+        errors.append(checks.Error(f"CRON_CELERY['TRACKED_CATCH_UP'] is {values.TRACKED_CATCH_UP!r}; use one of "
+                                   f"{', '.join(policy.value for policy in enums.CatchUp)}.",
+                                   hint=see("configuration", "tracking-periodic-tasks"), id="cron_celery.E017"))
     return errors
 
 

@@ -104,6 +104,14 @@ class Settings:
     #: Limits shared by several jobs: ``{"warehouse": 2}`` lets at most two runs of all the jobs
     #: declared with ``concurrency_group="warehouse"`` be live at once (see ``groups``).
     CONCURRENCY_GROUPS: dict[str, int] = dataclasses.field(default_factory=dict)
+    #: django-celery-beat's periodic tasks that are no cron job's, tracked as jobs (see ``tracking``):
+    #: ``False`` (none: sent untracked, as ``DatabaseScheduler`` sends them), ``True`` (every one),
+    #: a list of task names and periodic task names, or a callable (or its dotted path) taking a
+    #: ``PeriodicTask`` and answering whether to track it.
+    TRACK_PERIODIC_TASKS: Any = False
+    #: The catch-up policy of tracked periodic tasks after the beat was down (``none``, ``latest``
+    #: or ``all``): ``none`` records the slots it missed MISSED, as ``DatabaseScheduler`` skips them.
+    TRACKED_CATCH_UP: str = "none"
 
 
 FIELDS = {field.name: field for field in dataclasses.fields(Settings)}

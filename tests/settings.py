@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from urllib.parse import unquote, urlparse
@@ -104,6 +105,8 @@ CRON_CELERY = {
     # The warehouse jobs (tests/jobsapp/jobs_buffer.py) share two places.
     "CONCURRENCY_GROUPS": {"warehouse": 2},
 }
+if os.environ.get("CRON_TEST_TRACK"):  # tracked periodic tasks: true, or a JSON list of names
+    CRON_CELERY["TRACK_PERIODIC_TASKS"] = json.loads(os.environ["CRON_TEST_TRACK"])
 if os.environ.get("CRON_TEST_WEBHOOK_URL"):  # fault tests: alerts go to the test's own HTTP server
     CRON_CELERY["NOTIFICATIONS"] = {"on_failure": ["webhook"], "on_recovery": ["webhook"],
                                     "webhook": {"url": os.environ["CRON_TEST_WEBHOOK_URL"], "secret": "fault"}}

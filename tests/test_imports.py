@@ -27,7 +27,8 @@ ALLOWED: dict[tuple[str, str], str] = {}
 #: The rooms of the package, from the bottom up: a module imports only modules of its own room and of the
 #: rooms beneath it (docs/architecture.md draws them). ``top`` is the base at the package's top level;
 #: ``entry`` is what nothing of ours imports: the package's public face, Django's and Celery's entry points.
-ROOMS = ("top", "declaring", "decisions", "run", "notifiers", "alerts", "beat", "reconciler", "web", "admin", "entry")
+ROOMS = ("top", "declaring", "decisions", "run", "tracking", "notifiers", "alerts", "beat", "reconciler", "web",
+         "admin", "entry")
 #: The top level's base, beneath every room: settings, the enums, the exceptions, the models, the schedules.
 BASE = frozenset({"cron_celery.conf", "cron_celery.enums", "cron_celery.exceptions", "cron_celery.models",
                   "cron_celery.schedules", "cron_celery.check_errors", "cron_celery.spelling",

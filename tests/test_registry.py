@@ -86,10 +86,31 @@ def test_register_task_only_decorates_tracked_task_subclasses():
         register_task("plain", "PL1")(object)  # type: ignore[arg-type]
 
 
-def test_unknown_job_lists_the_known_ones():
+def test_unknown_job_lists_the_known_ones(monkeypatch):
+    monkeypatch.setattr(registry, "_loader", None)  # no tracked periodic tasks: no database to ask
     with pytest.raises(exceptions.UnknownJob) as info:
         registry.get("does-not-exist")
     assert "calc-commission" in str(info.value) and "list_cron_tasks" in str(info.value)
+
+
+def test_a_job_no_code_declares_is_asked_of_the_loader_by_name_or_code_and_kept_a_moment(monkeypatch):
+    asked: list[str] = []
+    tracked = registry.Job(name="nightly-export", code="PT7", task_name="cron_celery.tracked:PT7",
+                           pattern=ExecutionPattern.STANDARD, overlap="allow", timezone="UTC",  # type: ignore[arg-type]
+                           tracked=True)
+
+    def loader(name_or_code: str) -> registry.Job | None:
+        asked.append(name_or_code)
+        return tracked if name_or_code in ("nightly-export", "PT7") else None
+
+    monkeypatch.setattr(registry, "_loaded", {})
+    monkeypatch.setattr(registry, "_loader", loader)
+    assert registry.get("PT7") is tracked and registry.get("PT7") is tracked and asked == ["PT7"]
+    assert registry.get("nightly-export") is tracked
+    assert registry.loaded("PT7", fresh=True) is tracked and asked == ["PT7", "nightly-export", "PT7"]
+    with pytest.raises(exceptions.UnknownJob):
+        registry.get("neither")
+    assert registry.get("calc-commission").code == "A001" and "calc-commission" not in asked  # code first
 
 
 def test_a_duplicate_stops_django_start_up(tmp_path):

@@ -43,6 +43,7 @@ from cron_celery.beat import health, plain_tasks, publishing, schedule_problems,
 from cron_celery.beat.planning import PlanKey, log_round, plan
 from cron_celery.decisions import audit, dispatch, leadership, oneoffs, repairs
 from cron_celery.run import locks, outcomes, tasks
+from cron_celery.tracking import rows
 
 logger = logging.getLogger(__name__)
 
@@ -216,6 +217,17 @@ class Scheduler(DatabaseScheduler):  # type: ignore[misc]
             logger.warning("cron_celery beat: django-celery-beat cannot read its crontab rows (%s: %s); taking "
                            "every enabled periodic task", type(error).__name__, error)
             return self.Model.objects.enabled().filter(cron_job__isnull=True)
+
+    def all_as_schedule(self) -> Any:
+        """django-celery-beat reads its periodic tasks again (at the start, on a change, every five
+        minutes): the tracked ones are linked to their job rows first (``tracking.rows``), so it reads
+        only the rest; one that is no longer tracked comes back to it."""
+        try:
+            rows.sync(source=audit.BEAT_TRACKING)
+        except Exception:  # the beat goes on: the next change or sync links them
+            logger.exception("cron_celery beat: the tracked periodic tasks could not be linked to their jobs")
+            connection.close_if_unusable_or_obsolete()
+        return super().all_as_schedule()
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
         leading = self.leadership.check()

@@ -33,6 +33,7 @@ import celery
 from celery.app.routes import MapRoute
 from celery.utils.nodenames import anon_nodename
 
+from cron_celery.decisions import tracked
 from cron_celery.run import tasks
 
 #: What ``create_task_message`` takes from a task's own options rather than routing.
@@ -134,6 +135,9 @@ class RoundSender:
         return queue if isinstance(queue, str) else str(queue.name)
 
     def send(self, task_name: str, message_headers: dict[str, Any], task_id: str) -> None:
+        if tracked.code_of(task_name) is not None:  # a tracked periodic task's: its own task, arguments, options
+            tasks.publish(self.app, task_name, message_headers, task_id=task_id, producer=self.producer)
+            return
         routing, own = self.route(task_name, message_headers)
         expiration = self.expiration(own["expires"])
         if expiration is not None:

@@ -29,8 +29,9 @@ from django_celery_beat.models import CrontabSchedule, IntervalSchedule, Periodi
 
 from cron_celery import exceptions, models, schedules, slots
 from cron_celery.beat import schedule_problems
-from cron_celery.decisions import audit, dependencies, edit_writes, executions, jobs, removals
+from cron_celery.decisions import audit, dependencies, edit_writes, executions, jobs, removals, tracked
 from cron_celery.declaring import registry
+from cron_celery.tracking import rows
 
 logger = logging.getLogger(__name__)
 
@@ -97,13 +98,14 @@ def sync(now: dt.datetime | None = None, *, source: str = audit.DEPLOY_SYNC) -> 
     """Bring django-celery-beat in line with the jobs declared in code (see module doc). What it
     changes is recorded in the audit log with ``source`` (the beat's start, the command)."""
     report = SyncReport()
+    rows.sync(source=source)  # periodic tasks tracked as jobs (TRACK_PERIODIC_TASKS): their rows linked
     declared = {job.code: job for job in registry.all_jobs() if job.schedule is not None}
     job_ids = jobs.refresh_job_ids(list(declared.values()))
     dependencies.sync(registry.all_jobs())  # the edges of after=, and the downstream jobs' rows
     report.disabled += removals.sync(registry.all_jobs(), source=source).disabled  # gone from the code: retired
     known = {
         row["code"]: row
-        for row in models.CronJob.objects.values("id", "code", "periodic_task_id", "declaration_hash")
+        for row in models.CronJob.objects.values("id", "code", "periodic_task_id", "declaration_hash", "task")
     }
     to_write: list[registry.Job] = []
     for code, job in declared.items():
@@ -122,7 +124,8 @@ def sync(now: dt.datetime | None = None, *, source: str = audit.DEPLOY_SYNC) -> 
         to_write = [job for job in to_write if job.code not in done]
     for job in to_write:
         _write_from_code(job, job_ids[job.code], declaration_hash(job), report, source)
-    stale = [row for code, row in known.items() if code not in declared and row["periodic_task_id"] is not None]
+    stale = [row for code, row in known.items() if code not in declared and row["periodic_task_id"] is not None
+             and not row["task"].startswith(tracked.ALIAS)]
     for row in stale:
         with transaction.atomic():
             audit.set_author(source=source)
@@ -239,7 +242,7 @@ def apply_edits(now: dt.datetime | None = None, limit: int = 1000) -> int:
                    task.enabled, c.minute, c.hour, c.day_of_month, c.month_of_year, c.day_of_week,
                    c.timezone, i.every, i.period, job.name, job.timezone, job.code, job.schedule_problem,
                    task.start_time, task.expires, coalesce(task.one_off, false), job.active_from, job.active_until,
-                   task.kwargs, job.params, job.jitter_ms
+                   task.kwargs, job.params, job.jitter_ms, job.task, task.args
             FROM {JOB} AS job
             LEFT JOIN {TASK} AS task ON task.id = job.periodic_task_id
             LEFT JOIN {CRONTAB} AS c ON c.id = task.crontab_id
@@ -287,14 +290,16 @@ def _taken_in(row: tuple[Any, ...], readings: dict[tuple[object, object], schedu
     """One edited job's row as its edit leaves it, and its problem if that is new."""
     (job_id, version, stored, stored_tz, next_run_at, enabled, minute, hour, dom, moy, dow, tz,
      every, period, name, job_tz, code, known_problem, opens, closes, one_off, opened, closed,
-     kwargs, stored_params, jitter_ms) = row
+     kwargs, stored_params, jitter_ms, job_task, args) = row
     schedule_text, schedule_tz, problem = stored, stored_tz, ""
     move, next_at, paused = False, next_run_at, None  # paused None: leave the flag as it is
     found = None
     # The kwargs are the values of the job's scheduled runs: checked here, or refused for this job
     # alone (it keeps the values it had; with none that can run it, it is paused until fixed).
     new_params, refused, runnable = executions.loaded(stored_params), "", True
-    if enabled is not None:
+    if enabled is not None and tracked.code_of(job_task) is not None:  # a tracked periodic task: its arguments
+        new_params, refused, runnable = tracked.read_message(args, kwargs, executions.loaded(stored_params))
+    elif enabled is not None:
         new_params, refused, runnable = schedule_problems.read_kwargs(code, kwargs, executions.loaded(stored_params))
     window_edited = enabled is not None and (opens, closes) != (opened, closed)
     if window_edited:

@@ -47,6 +47,8 @@ DEPLOY_SYNC = "deploy (schedule sync)"
 #: first process that runs the new code (``jobs.ensure_job``).
 DECLARED = "deploy (declared in code)"
 BEAT_ONE_OFF = "beat (one_off)"
+#: Periodic tasks tracked as jobs (``TRACK_PERIODIC_TASKS``) linked or unlinked by a beat as they change.
+BEAT_TRACKING = "beat (tracked periodic tasks)"
 #: A job paused by the beat because its stored schedule cannot be planned (``schedule_problems.set_aside``).
 SCHEDULE_PROBLEM = "system (schedule cannot drive the job)"
 #: The pause ``schedule_sync.apply_edits`` decides itself when it takes an edit in: an edit that cannot

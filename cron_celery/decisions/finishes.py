@@ -122,6 +122,7 @@ def retry(
     error_code: str,
     traceback: str,
     countdown: float,
+    capped: bool = True,
 ) -> bool:
     """End this attempt (``status``: FAILED or TIMED_OUT) and schedule the next one.
 
@@ -129,7 +130,9 @@ def retry(
     ``countdown`` seconds (kept in ``lease_until``, where the reconciler looks for retries
     whose message never came). Written only if the fence still holds and the job's row
     allows another attempt (``retry_count < max_retries``): the cap lives in the database,
-    so a redelivered message cannot loop. False: write the final outcome instead.
+    so a redelivered message cannot loop. False: write the final outcome instead. Not ``capped``: a
+    tracked periodic task's own retry, whose task counts its attempts itself (its next message is
+    already sent).
     """
     with connection.cursor() as cursor:
         cursor.execute(
@@ -141,9 +144,9 @@ def retry(
                 attempts = {executions.ENDED}
             FROM j
             WHERE {EXE}.id = %(id)s AND {EXE}.job_id = j.id AND {EXE}.fence = %(fence)s
-              AND {EXE}.status = 'RUNNING' AND {EXE}.retry_count < j.max_retries
+              AND {EXE}.status = 'RUNNING' AND (NOT %(capped)s OR {EXE}.retry_count < j.max_retries)
             """,
-            {"job": job_id, "id": execution_id, "fence": fence, "status": status, "message": message,
+            {"capped": capped, "job": job_id, "id": execution_id, "fence": fence, "status": status, "message": message,
              "code": error_code, "tb": traceback, "countdown": max(0.0, float(countdown))},
         )
         return bool(cursor.rowcount == 1)

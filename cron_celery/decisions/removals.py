@@ -36,7 +36,7 @@ from django.db import connection, transaction
 from django_celery_beat.models import PeriodicTask
 
 from cron_celery import models
-from cron_celery.decisions import audit, executions
+from cron_celery.decisions import audit, executions, tracked
 from cron_celery.declaring import registry
 
 logger = logging.getLogger(__name__)
@@ -71,8 +71,9 @@ def sync(declared: list[registry.Job], *, source: str) -> Report:
         audit.set_author(source=source, cursor=cursor)
         # Every row this may write (bring back, mark, close the executions of) locked first, in one order:
         # two beats of different code syncing at once (a rolling deploy) then queue, never deadlock.
-        cursor.execute(f"SELECT 1 FROM {JOB} WHERE removed_at IS NOT NULL OR code <> ALL(%s) ORDER BY id FOR UPDATE",
-                       [codes])
+        # A tracked periodic task's row is declared by no code: it is never removed from it (``tracked``).
+        cursor.execute(f"SELECT 1 FROM {JOB} WHERE removed_at IS NOT NULL OR (code <> ALL(%s) AND {tracked.UNTRACKED})"
+                       " ORDER BY id FOR UPDATE", [codes])
         cursor.execute(
             f"UPDATE {JOB} SET removed_at = NULL WHERE removed_at IS NOT NULL AND code = ANY(%s) RETURNING name, code",
             [codes])
@@ -80,7 +81,7 @@ def sync(declared: list[registry.Job], *, source: str) -> Report:
         cursor.execute(
             f"""
             WITH gone AS (SELECT id, periodic_task_id FROM {JOB} WHERE removed_at IS NULL AND code <> ALL(%s)
-                          ORDER BY id FOR UPDATE)
+                            AND {tracked.UNTRACKED} ORDER BY id FOR UPDATE)
             UPDATE {JOB} AS job SET removed_at = now(), next_run_at = NULL, periodic_task_id = NULL
             FROM gone WHERE job.id = gone.id
             RETURNING job.name, job.code, gone.periodic_task_id

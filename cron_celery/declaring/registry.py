@@ -11,8 +11,9 @@ import dataclasses
 import datetime as dt
 import hashlib
 import threading
+import time
 import zoneinfo
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from cron_celery import conf, enums, exceptions, schedules, slots
 from cron_celery.declaring import options, params
@@ -78,6 +79,9 @@ class Job:
     #: The keyword-only parameters its function (or ``execute``) takes after ``run`` (``params``): read
     #: from the signature once, here; a run's values are checked against them.
     parameters: tuple[params.Param, ...] = ()
+    #: A django-celery-beat periodic task tracked as a job (``TRACK_PERIODIC_TASKS``), not declared in
+    #: code: its body is the periodic task's own Celery task, run with the periodic task's arguments.
+    tracked: bool = False
 
     @property
     def jitter_ms(self) -> int:
@@ -124,6 +128,11 @@ _by_name: dict[str, Job] = {}
 _by_code: dict[str, Job] = {}
 _by_task: dict[str, Job] = {}
 _discovered = False
+#: Finds a job this process did not declare (a tracked periodic task's, read from its row), by name
+#: or code; set once Django is ready (``set_loader``). Such jobs are kept ``_LOADED_SECONDS``.
+_loader: Callable[[str], Job | None] | None = None
+_loaded: dict[str, tuple[float, Job]] = {}
+_LOADED_SECONDS = 5.0
 #: The names that some declared job runs ``after=`` (None: to be worked out again).
 _upstreams: frozenset[str] | None = None
 
@@ -298,14 +307,46 @@ def all_jobs() -> list[Job]:
 
 
 def get(name_or_code: str) -> Job:
-    """The job with this name (or code); raises ``UnknownJob`` with the known names."""
+    """The job with this name (or code) — declared in code, else a tracked periodic task's (the
+    loader's); raises ``UnknownJob`` with the known names."""
     autodiscover()
     with _lock:
         job = _by_name.get(name_or_code) or _by_code.get(name_or_code)
         if job is not None:
             return job
         known = ", ".join(sorted(_by_name)) or "(none)"
+    job = loaded(name_or_code)
+    if job is not None:
+        return job
     raise exceptions.UnknownJob(name=name_or_code, known=known)
+
+
+def set_loader(loader: Callable[[str], Job | None] | None) -> None:
+    """Where ``get`` finds the jobs no code declares (tracked periodic tasks): called by name or code."""
+    global _loader
+    with _lock:
+        _loader = loader
+        _loaded.clear()
+
+
+def loaded(name_or_code: str, *, fresh: bool = False) -> Job | None:
+    """A job the loader finds by name or code (None: none), read again after ``_LOADED_SECONDS``
+    (an admin edit of its periodic task reaches every process within them) or when ``fresh``."""
+    loader = _loader
+    if loader is None:
+        return None
+    now = time.monotonic()
+    with _lock:
+        kept = _loaded.get(name_or_code)
+    if kept is not None and not fresh and now - kept[0] < _LOADED_SECONDS:
+        return kept[1]
+    job = loader(name_or_code)
+    with _lock:
+        if job is None:
+            _loaded.pop(name_or_code, None)
+        else:
+            _loaded[name_or_code] = (now, job)
+    return job
 
 
 def by_task_name(task_name: str) -> Job | None:

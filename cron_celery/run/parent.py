@@ -39,7 +39,7 @@ from celery.platforms import signals as celery_signals
 from celery.worker.request import Request
 from django.db import DatabaseError, close_old_connections, connection
 
-from cron_celery import enums
+from cron_celery import enums, exceptions
 from cron_celery.decisions import jobs, repairs
 from cron_celery.declaring import registry
 from cron_celery.run import identity, outcomes, retries, tasks
@@ -49,7 +49,9 @@ S = enums.Status
 
 
 class CronRequest(Request):
-    """Celery's worker-side request for ``TrackedTask`` messages (``TrackedTask.Request``)."""
+    """Celery's worker-side request for ``TrackedTask`` messages (``TrackedTask.Request``), and for the
+    tasks a worker wraps for tracked periodic tasks (``tracking.worker``) that keep Celery's own request
+    class: a message of theirs without the ``cron_job`` header is Celery's request, unchanged."""
 
     def on_timeout(self, soft: bool, timeout: float) -> None:
         if not soft:
@@ -163,6 +165,20 @@ def _execution_of(request: Request) -> int | None:
 
 
 def _job_of(request: Request) -> registry.Job | None:
+    """The job of the request: a cron job's task, else the tracked periodic task its ``cron_job`` header
+    names (read from its row); None for any other message."""
+    code = request.request_dict.get(tasks.HEADER_JOB)
+    if code:
+        for attempt in range(2):
+            try:
+                return registry.get(str(code))
+            except exceptions.UnknownJob:
+                return None
+            except DatabaseError:  # the parent's connection went stale between messages: once more
+                connection.close()
+                if attempt:
+                    logger.exception("could not read the tracked job %s", code)
+        return None
     return getattr(request.task, "job", None) or registry.by_task_name(request.name)
 
 

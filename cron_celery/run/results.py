@@ -94,6 +94,17 @@ def interpret(value: Any) -> tuple[str, str, str, Any]:
     return S.SUCCEEDED, clean_text(message, limit), "", stored
 
 
+def interpret_plain(value: Any) -> tuple[str, str, str, Any]:
+    """(status, message, error_code, stored result) from what a tracked periodic task's own task
+    returned: whatever it is, a success (its Celery result is its own business); the value kept as
+    JSON when it is JSON, else as its ``repr``; a string is the message too."""
+    stored, problem = _jsonable(value)
+    if problem:
+        stored = {"repr": clean_text(repr(value), 1000)}
+    message = value if isinstance(value, str) else ""
+    return S.SUCCEEDED, clean_text(message, conf.settings.MESSAGE_MAX_CHARS), "", stored
+
+
 def describe_exception(exc: BaseException) -> tuple[str, str, str, str]:
     """(status, message, error_code, traceback) for an exception raised by a job."""
     settings = conf.settings

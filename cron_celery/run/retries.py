@@ -8,9 +8,10 @@ remain is decided by the database (``finishes.retry``), never by the message alo
 
 from __future__ import annotations
 
+import datetime as dt
 import random
 
-from celery.exceptions import SoftTimeLimitExceeded, TimeLimitExceeded
+from celery.exceptions import Retry, SoftTimeLimitExceeded, TimeLimitExceeded
 
 from cron_celery import enums, exceptions
 from cron_celery.declaring import registry
@@ -60,3 +61,18 @@ def countdown(job: registry.Job, retries_done: int) -> float:
     """Seconds to wait before attempt ``retries_done + 2`` (after ``retries_done`` retries)."""
     wait = longest_wait(job, retries_done)
     return random.uniform(0, wait) if job.retry_jitter and job.retry_backoff is not False else wait
+
+
+def asked_for(error: BaseException | None) -> float | None:
+    """A tracked periodic task's own retry (``self.retry()``, ``autoretry_for``: Celery raised
+    ``Retry`` once its next message was sent): seconds until that attempt is due; None otherwise."""
+    if not isinstance(error, Retry):
+        return None
+    when = error.when
+    if isinstance(when, dt.datetime):
+        aware = when if when.tzinfo is not None else when.replace(tzinfo=dt.UTC)
+        return max(0.0, (aware - dt.datetime.now(dt.UTC)).total_seconds())
+    try:
+        return max(0.0, float(when)) if when is not None else 0.0
+    except (TypeError, ValueError):
+        return 0.0

@@ -21,7 +21,7 @@ from cron_celery import conf, enums, exceptions, slots
 from cron_celery.decisions import claims, executions, finishes, heartbeats, jobs
 from cron_celery.declaring import params, registry
 from cron_celery.run import callers, identity, leases, limits, locks, outcomes, reconnect, retries, shutdown
-from cron_celery.run.results import clean_text, describe_exception, interpret
+from cron_celery.run.results import clean_text, describe_exception, interpret, interpret_plain
 
 logger = logging.getLogger(__name__)
 #: Marks the record of a run's outcome (``run_cron_task`` prints the outcome itself).
@@ -107,7 +107,8 @@ def _record(job: registry.Job, claim: claims.Claim, slot: dt.datetime, *, countd
     with transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext():
         if countdown is not None and finishes.retry(
                 job_id=jobs.job_id(job), execution_id=claim.execution_id, fence=claim.fence, status=status,
-                message=message, error_code=error_code, traceback=traceback, countdown=countdown):
+                message=message, error_code=error_code, traceback=traceback, countdown=countdown,
+                capped=not job.tracked):
             return S.RETRYING
         return outcomes.finish(
             job, jobs.job_id(job), claim.execution_id, slot, fence=claim.fence, status=status, message=message,
@@ -226,8 +227,11 @@ def execute(
         return not_run
     called = _call(attempt, call)
     claim = attempt.claim
-    countdown = retries.countdown(job, claim.retry_count) if (
-        allow_retry and retries.wanted(job, called.status, called.error, claim.retry_count)) else None
+    if job.tracked:  # its task retries itself: its next message is already sent when Retry is raised
+        countdown = retries.asked_for(called.error) if allow_retry else None
+    else:
+        countdown = retries.countdown(job, claim.retry_count) if (
+            allow_retry and retries.wanted(job, called.status, called.error, claim.retry_count)) else None
     written = _write(attempt, called, countdown)
     return _reported(attempt, called, written, countdown)
 
@@ -324,7 +328,9 @@ def _call(attempt: _Attempt, call: Callable[[Run], Any]) -> _Called:
     # values), as the annotated types; a value that no longer fits fails the run below, uncalled.
     unfit: exceptions.InvalidParams | None = None
     try:
-        values = params.resolve(job.parameters, claim.params, job=job.name, tz=job.tzinfo)
+        # A tracked periodic task's row holds the arguments its task is called with, as they are.
+        values = dict(claim.params or {}) if job.tracked else params.resolve(
+            job.parameters, claim.params, job=job.name, tz=job.tzinfo)
     except exceptions.InvalidParams as wrong:
         values, unfit = {}, wrong
     run = Run(
@@ -362,7 +368,7 @@ def _call(attempt: _Attempt, call: Callable[[Run], Any]) -> _Called:
         status, message, code, trace = describe_exception(exc)
         stored = None
     else:
-        status, message, code, stored = interpret(value)
+        status, message, code, stored = interpret_plain(value) if job.tracked else interpret(value)
     return _Called(run=run, status=status, message=message, code=code, trace=trace, stored=stored, error=error,
                    runtime=runtime, held=held)
 

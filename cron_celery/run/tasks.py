@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 import celery
 
 from cron_celery import enums, exceptions, slots
-from cron_celery.decisions import dependencies, dispatch, groups, in_effect, jobs, oneoffs, waiting
+from cron_celery.decisions import dependencies, dispatch, groups, in_effect, jobs, oneoffs, tracked, waiting
 from cron_celery.declaring import params, registry
 from cron_celery.run import clocks, outcomes, runs
 
@@ -23,6 +23,8 @@ HEADER_EXECUTION = "cron_execution_id"
 HEADER_TRIGGER = "cron_trigger"
 HEADER_FORCE = "cron_force"
 HEADER_RERUN = "cron_rerun"
+#: The code of a tracked periodic task's job (``decisions.tracked``): its body is the task's own.
+HEADER_JOB = "cron_job"
 
 def headers(execution_id: int, slot: dt.datetime, trigger: str, *, force: bool = False,
             rerun: bool = False) -> dict[str, Any]:
@@ -48,7 +50,17 @@ def message_options(app: celery.Celery, task_name: str) -> dict[str, Any]:
     ``send_task`` then applies ``task_routes`` to what the task leaves unset (the task's own
     options win, as with ``apply_async``). Passed explicitly because before Celery 5.7
     ``send_task`` ignored the task's options, and 5.7 applies them only once the app is
-    finalized. A task this process does not know gets ``task_routes`` alone."""
+    finalized. A task this process does not know gets ``task_routes`` alone. A tracked periodic
+    task's job (its row names an alias: ``decisions.tracked``) adds its periodic task's own
+    ``queue``, ``exchange``, ``routing_key`` and ``priority`` over its task's."""
+    code = tracked.code_of(task_name)
+    if code is not None:
+        try:
+            sent = tracked.contents(code)
+        except Exception:  # its periodic task is gone, or its row cannot be read: sending it says so
+            return {}
+        return {**message_options(app, sent.task),
+                **{key: value for key, value in sent.options.items() if key in MESSAGE_OPTIONS}}
     try:
         task = app.tasks.get(task_name)
     except RuntimeError:  # an app declared with autofinalize=False that is not finalized yet
@@ -62,10 +74,20 @@ def publish(app: celery.Celery, task_name: str, message_headers: dict[str, Any],
             countdown: float | None = None, **transport: Any) -> Any:
     """Send one message of a job with its routing (``message_options``); ``transport`` is
     ``producer=`` or ``connection=``. A ``countdown`` becomes an ``eta`` on the database's clock
-    (``clocks``). Returns Celery's ``AsyncResult``."""
-    return app.send_task(task_name, task_id=task_id, headers=message_headers,
-                         eta=clocks.eta(countdown) if countdown else None, **message_options(app, task_name),
-                         **transport)
+    (``clocks``). Returns Celery's ``AsyncResult``.
+
+    A tracked periodic task's job (its row names an alias: ``decisions.tracked``) is sent as
+    ``DatabaseScheduler`` sends its periodic task: its own task, with the periodic task's arguments,
+    options (``expires`` too) and headers, and ours beside them (``HEADER_JOB`` names the job)."""
+    eta = clocks.eta(countdown) if countdown else None
+    code = tracked.code_of(task_name)
+    if code is not None:
+        sent = tracked.contents(code)
+        return app.send_task(sent.task, args=sent.args, kwargs=sent.kwargs, task_id=task_id, eta=eta,
+                             headers={**sent.headers, **message_headers, HEADER_JOB: code},
+                             **{**message_options(app, sent.task), **sent.options}, **transport)
+    return app.send_task(task_name, task_id=task_id, headers=message_headers, eta=eta,
+                         **message_options(app, task_name), **transport)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

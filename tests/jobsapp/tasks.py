@@ -6,6 +6,7 @@ import asyncio
 import datetime as dt
 import os
 import time
+from typing import Any
 
 from celery import shared_task
 from celery.signals import task_postrun
@@ -102,22 +103,55 @@ def tick_2s(run: Run) -> str:
     return "tick"
 
 
-@shared_task(name="tests.jobsapp.tasks.plain_ping")
-def plain_ping() -> None:
-    """A plain Celery task (not a cron job) that a django-celery-beat periodic task sends."""
+def _plain_line(text: str) -> None:
+    """Append ``text``, the time and the pid to the file named by CRON_TEST_MARKER: a plain body ran."""
     path = os.environ.get("CRON_TEST_MARKER")
     if path:
         with open(path, "a", encoding="utf-8") as handle:
-            handle.write(f"plain-ping {time.time():.3f} {os.getpid()}\n")
+            handle.write(f"{text} {time.time():.3f} {os.getpid()}\n")
+
+
+@shared_task(name="tests.jobsapp.tasks.plain_ping")
+def plain_ping() -> None:
+    """A plain Celery task (not a cron job) that a django-celery-beat periodic task sends."""
+    _plain_line("plain-ping")
 
 
 @shared_task(name="tests.jobsapp.tasks.plain_mark")
 def plain_mark(label: str) -> None:
     """A plain Celery task that marks each body with its ``label`` (a periodic task's argument)."""
-    path = os.environ.get("CRON_TEST_MARKER")
-    if path:
-        with open(path, "a", encoding="utf-8") as handle:
-            handle.write(f"plain-mark {label} {time.time():.3f} {os.getpid()}\n")
+    _plain_line(f"plain-mark {label}")
+
+
+@shared_task(name="tests.jobsapp.tasks.plain_fail")
+def plain_fail(label: str) -> None:
+    """A plain Celery task that marks its body, then fails."""
+    _plain_line(f"plain-fail {label}")
+    raise ValueError(f"{label} went wrong")
+
+
+@shared_task(bind=True, name="tests.jobsapp.tasks.plain_retry", max_retries=3)
+def plain_retry(self: Any, label: str, *, fail_times: int = 2) -> str:
+    """A plain bound task that retries itself ``fail_times`` times (a second apart), then succeeds."""
+    _plain_line(f"plain-retry {label} {self.request.retries}")
+    if self.request.retries < fail_times:
+        raise self.retry(countdown=1, exc=ConnectionError(f"{label}: try {self.request.retries}"))
+    return f"{label} done after {self.request.retries} retries"
+
+
+@shared_task(name="tests.jobsapp.tasks.plain_autoretry", autoretry_for=(KeyError,), retry_kwargs={"countdown": 1},
+             max_retries=1)
+def plain_autoretry(label: str) -> None:
+    """A plain task with ``autoretry_for`` that always fails: one retry, then a final failure."""
+    _plain_line(f"plain-autoretry {label}")
+    raise KeyError(label)
+
+
+@shared_task(name="tests.jobsapp.tasks.plain_sleep", time_limit=1)
+def plain_sleep(label: str, seconds: float) -> None:
+    """A plain task that sleeps past its hard time limit: the worker kills its process."""
+    _plain_line(f"plain-sleep {label}")
+    time.sleep(seconds)
 
 
 def _ticker(name: str, code: str, seconds: int, **options: object) -> None:

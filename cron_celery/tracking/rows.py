@@ -1,0 +1,69 @@
+"""The job rows of tracked periodic tasks, kept in line with the periodic tasks and the setting.
+
+``sync`` runs when a beat starts, on ``sync_cron_schedules``, and whenever django-celery-beat says a
+periodic task changed (the beat's ``all_as_schedule``): each tracked periodic task gets a job row
+linked to it (``decisions.tracked.link``), so the beat dispatches its slots as a job's and
+django-celery-beat's own scheduler leaves it alone; a row whose periodic task is gone or no longer
+tracked is unlinked, keeps its history, and its periodic task is sent untracked again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+from django.conf import settings as django_settings
+from django.db.models import Q
+from django_celery_beat.models import PeriodicTask, PeriodicTasks
+
+from cron_celery import conf
+from cron_celery.decisions import tracked
+from cron_celery.declaring import registry
+from cron_celery.tracking import selection
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class Report:
+    linked: list[str] = dataclasses.field(default_factory=list)
+    unlinked: list[str] = dataclasses.field(default_factory=list)
+
+
+def default_timezone() -> str:
+    return str(conf.settings.DEFAULT_TIMEZONE or django_settings.TIME_ZONE or "UTC")
+
+
+def candidates() -> list[tracked.Candidate]:
+    """The periodic tasks the setting tracks: a crontab or an interval, and no cron job's."""
+    choose = selection.chooser()
+    if choose is None:
+        return []
+    found = []
+    mine = Q(cron_job__isnull=True) | Q(cron_job__task__startswith=tracked.ALIAS)
+    for task in (PeriodicTask.objects.filter(mine).filter(Q(crontab__isnull=False) | Q(interval__isnull=False))
+                 .select_related("crontab").order_by("id")):
+        if selection.never(task.task) or not selection.chosen(choose, task):
+            continue
+        zone = str(task.crontab.timezone) if task.crontab is not None and task.crontab.timezone else default_timezone()
+        found.append(tracked.Candidate(periodic_task_id=task.id, name=task.name, task=task.task, timezone=zone))
+    return found
+
+
+def sync(*, source: str) -> Report:
+    """Link every tracked periodic task to its job row and unlink the rest (see the module doc)."""
+    chosen = candidates()
+    declared = frozenset(job.name for job in registry.all_jobs())
+    report = Report(linked=tracked.link(chosen, catch_up=str(conf.settings.TRACKED_CATCH_UP), source=source,
+                                        reserved=declared),
+                    unlinked=tracked.unlink_others({c.periodic_task_id for c in chosen}, source=source))
+    if report.linked:
+        logger.warning("cron_celery: %d periodic task(s) tracked as jobs from now on: %s", len(report.linked),
+                       ", ".join(report.linked[:20]))
+    if report.unlinked:
+        logger.warning("cron_celery: %d periodic task(s) no longer tracked (gone, or left out by "
+                       "TRACK_PERIODIC_TASKS); their history stays: %s", len(report.unlinked),
+                       ", ".join(report.unlinked[:20]))
+    if report.linked or report.unlinked:
+        PeriodicTasks.update_changed()  # django-celery-beat's own scheduler reads which ones it sends again
+    return report

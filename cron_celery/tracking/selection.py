@@ -1,0 +1,77 @@
+"""Which of django-celery-beat's periodic tasks are tracked as jobs: ``TRACK_PERIODIC_TASKS`` read.
+
+``False`` (the default): none. ``True``: every periodic task that is no cron job's. A list (or
+tuple, or set) of names: each periodic task whose name or task name is in it. A callable, or the
+dotted path of one: called with each ``PeriodicTask``, tracked when it answers true.
+
+Never tracked, whatever the setting: a cron job's own periodic task; a task of cron_celery's own
+or of a job declared in code; a clocked or solar schedule (their slots cannot be computed ahead:
+they stay sent untracked, once per due time, see ``beat.plain_tasks``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from django.utils.module_loading import import_string
+
+from cron_celery import conf
+from cron_celery.declaring import registry
+
+logger = logging.getLogger(__name__)
+
+Chooser = Callable[[Any], bool]
+
+
+def problem(value: object) -> str:
+    """What is wrong with a ``TRACK_PERIODIC_TASKS`` value, in words; '' when nothing is."""
+    if value is None or isinstance(value, bool) or callable(value):
+        return ""
+    if isinstance(value, str):
+        try:
+            found = import_string(value)
+        except ImportError as error:
+            return f"{value!r} cannot be imported ({error})"
+        return "" if callable(found) else f"{value!r} is not callable"
+    if isinstance(value, list | tuple | set | frozenset):
+        wrong = [item for item in value if not isinstance(item, str) or not item]
+        return f"its names must be non-empty strings, not {wrong[0]!r}" if wrong else ""
+    return f"True, False, a list of task or periodic task names, or a callable is needed, not {type(value).__name__}"
+
+
+def chooser() -> Chooser | None:
+    """The setting as a test of one ``PeriodicTask``; None when nothing is tracked. A value
+    ``problem`` refuses (the checks name it) tracks nothing."""
+    value = conf.settings.TRACK_PERIODIC_TASKS
+    if not value or problem(value):
+        return None
+    if value is True:
+        return lambda task: True
+    if isinstance(value, str):
+        found: Chooser = import_string(value)
+        return found
+    if callable(value):
+        return value  # type: ignore[no-any-return]
+    names = frozenset(value)
+    return lambda task: task.name in names or task.task in names
+
+
+def never(task_name: str) -> str:
+    """Why a periodic task of this Celery task is never tracked, whatever the setting; '' when it may be."""
+    if task_name.startswith("cron_celery."):
+        return "a task of cron_celery's own"
+    if registry.by_task_name(task_name) is not None:
+        return "the task of a job declared in code"
+    return ""
+
+
+def chosen(choose: Chooser, task: Any) -> bool:
+    """Whether ``choose`` tracks ``task``; a chooser that raises tracks nothing of it (logged)."""
+    try:
+        return bool(choose(task))
+    except Exception:
+        logger.exception("cron_celery: TRACK_PERIODIC_TASKS raised for the periodic task %r; it is not tracked",
+                         task.name)
+        return False

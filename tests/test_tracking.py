@@ -1,0 +1,133 @@
+"""Periodic tasks tracked as jobs (TRACK_PERIODIC_TASKS): which ones get a job row, linked to their
+periodic task, with the schedule and arguments read from it; turning tracking off unlinks them."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.test import override_settings
+from django.utils import timezone
+from django_celery_beat.models import ClockedSchedule, CrontabSchedule, IntervalSchedule, PeriodicTask
+
+from cron_celery import schedules
+from cron_celery.beat import schedule_sync
+from cron_celery.decisions import tracked
+from cron_celery.declaring import registry
+from cron_celery.models import CronJob
+from cron_celery.tracking import rows
+from tests.settings import CRON_CELERY
+
+pytestmark = pytest.mark.django_db(transaction=True)
+MARK = "tests.jobsapp.tasks.plain_mark"
+
+
+def tracking(value: object) -> override_settings:
+    return override_settings(CRON_CELERY={**CRON_CELERY, "TRACK_PERIODIC_TASKS": value})
+
+
+def every(seconds: int) -> IntervalSchedule:
+    return IntervalSchedule.objects.get_or_create(every=seconds, period=IntervalSchedule.SECONDS)[0]
+
+
+def test_each_tracked_periodic_task_gets_a_job_row_linked_to_it_with_its_schedule_and_arguments():
+    now = timezone.now()
+    by_interval = PeriodicTask.objects.create(name="Weekly digest!", task=MARK, args='["a"]', kwargs="{}",
+                                              interval=every(30), queue="reports", priority=3)
+    amsterdam = CrontabSchedule.objects.create(minute="5", hour="*", timezone="Europe/Amsterdam")
+    by_crontab = PeriodicTask.objects.create(name="crontab one", task=MARK, crontab=amsterdam, args='["b"]')
+    in_an_hour = ClockedSchedule.objects.create(clocked_time=now + dt.timedelta(hours=1))
+    clocked = PeriodicTask.objects.create(name="clocked one", task=MARK, one_off=True, clocked=in_an_hour)
+    untracked = PeriodicTask.objects.create(name="left alone", task=MARK, interval=every(30))
+    with tracking(["Weekly digest!", "crontab one", "clocked one"]):
+        schedule_sync.sync(now)
+        rows = {row.code: row for row in CronJob.objects.filter(task__startswith=tracked.ALIAS)}
+        assert set(rows) == {f"PT{by_interval.id}", f"PT{by_crontab.id}"}  # a clocked one stays untracked
+        first = rows[f"PT{by_interval.id}"]
+        assert (first.name, first.task, first.periodic_task_id) == (
+            "weekly-digest", f"cron_celery.tracked:PT{by_interval.id}", by_interval.id)
+        assert getattr(schedules.parse_expression(first.schedule, first.schedule_timezone or "UTC"), "seconds", 0) == 30
+        assert first.next_run_at is not None and now < first.next_run_at <= now + dt.timedelta(seconds=30)
+        assert first.params == {"args": ["a"], "kwargs": {}} and not first.schedule_problem
+        second = rows[f"PT{by_crontab.id}"]
+        assert (second.schedule, second.schedule_timezone, second.timezone) == (
+            "5 * * * *", "Europe/Amsterdam", "Europe/Amsterdam")
+        job = registry.get(f"PT{by_interval.id}")
+        assert job.tracked and job.name == "weekly-digest" and job.task_name == first.task
+        assert registry.get("weekly-digest") == job
+        sent = tracked.contents(f"PT{by_interval.id}")
+        assert (sent.task, sent.args, sent.kwargs, sent.options) == (MARK, ["a"], {}, {"queue": "reports",
+                                                                                      "priority": 3})
+        assert not CronJob.objects.filter(periodic_task=untracked).exists()
+        assert not CronJob.objects.filter(periodic_task=clocked).exists()
+    with tracking(["crontab one"]):  # the first one left out: unlinked, its history kept, sent untracked again
+        schedule_sync.sync(now)
+    first.refresh_from_db()
+    assert first.periodic_task_id is None and first.next_run_at is None
+    assert PeriodicTask.objects.get(id=by_interval.id).enabled
+    with tracking(True):  # back again: the same row, linked again
+        schedule_sync.sync(now)
+    first.refresh_from_db()
+    assert first.periodic_task_id == by_interval.id and first.next_run_at is not None
+    assert CronJob.objects.get(periodic_task=untracked).code == f"PT{untracked.id}"
+    with tracking(False):
+        schedule_sync.sync(now)
+    assert not CronJob.objects.filter(task__startswith=tracked.ALIAS, periodic_task__isnull=False).exists()
+    # Turned off: every row unlinked and marked removed (what it left waiting is closed, unalerted).
+    assert not CronJob.objects.filter(task__startswith=tracked.ALIAS, removed_at__isnull=True).exists()
+
+
+def test_edits_of_a_tracked_periodic_task_reach_its_job_and_a_deleted_one_stops_it():
+    now = timezone.now()
+    task = PeriodicTask.objects.create(name="edited", task=MARK, args='["x"]', interval=every(30))
+    with tracking(True):
+        schedule_sync.sync(now)
+        job = CronJob.objects.get(periodic_task=task)
+        task.interval = every(60)
+        task.args = '["y"]'
+        task.save()
+        schedule_sync.apply_edits(now)
+        job.refresh_from_db()
+        assert getattr(schedules.parse_expression(job.schedule, job.schedule_timezone or "UTC"), "seconds", 0) == 60
+        assert job.params == {"args": ["y"], "kwargs": {}}
+        assert tracked.contents(job.code).args in (["x"], ["y"])  # kept a moment, then read again
+        task.enabled = False
+        task.save()
+        schedule_sync.apply_edits(now)
+        job.refresh_from_db()
+        assert job.paused and job.next_run_at is None
+        task.enabled = True
+        task.save()
+        schedule_sync.apply_edits(now)
+        job.refresh_from_db()
+        assert not job.paused and job.next_run_at is not None
+        task.delete()
+        rows.sync(source="test")
+    job.refresh_from_db()
+    assert job.periodic_task_id is None and job.next_run_at is None and job.removed_at is not None
+
+
+def test_arguments_that_do_not_read_are_that_tasks_problem_and_every_other_task_goes_on():
+    now = timezone.now()
+    bad = PeriodicTask.objects.create(name="bad args", task=MARK, args="not json", interval=every(30))
+    wrong = PeriodicTask.objects.create(name="kwargs a list", task=MARK, kwargs="[1]", interval=every(30))
+    good = PeriodicTask.objects.create(name="good", task=MARK, args='["ok"]', interval=every(30))
+    with tracking(True):
+        schedule_sync.sync(now)
+    rows = {row.periodic_task_id: row for row in CronJob.objects.filter(task__startswith=tracked.ALIAS)}
+    assert rows[bad.id].paused and rows[bad.id].next_run_at is None
+    assert rows[bad.id].schedule_problem.startswith("args: not JSON"), rows[bad.id].schedule_problem
+    assert rows[wrong.id].paused and "kwargs: a JSON object is needed" in rows[wrong.id].schedule_problem
+    assert not rows[good.id].paused and rows[good.id].next_run_at is not None and not rows[good.id].schedule_problem
+
+
+def test_a_periodic_task_of_a_cron_job_or_of_cron_celery_itself_is_never_tracked():
+    now = timezone.now()
+    with tracking(True):
+        schedule_sync.sync(now)
+        own = PeriodicTask.objects.create(name="ours", task="cron_celery.deliver_alert", interval=every(30))
+        job_task = registry.get("calc-commission").task_name
+        declared = PeriodicTask.objects.create(name="a job's task", task=job_task, interval=every(30))
+        schedule_sync.sync(now)
+    assert not CronJob.objects.filter(periodic_task__in=[own, declared]).exists()
+    assert not CronJob.objects.filter(task__startswith=tracked.ALIAS).exists()
