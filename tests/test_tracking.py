@@ -4,17 +4,19 @@ periodic task, with the schedule and arguments read from it; turning tracking of
 from __future__ import annotations
 
 import datetime as dt
+import io
 
 import pytest
+from django.core.management import CommandError, call_command
 from django.test import override_settings
 from django.utils import timezone
 from django_celery_beat.models import ClockedSchedule, CrontabSchedule, IntervalSchedule, PeriodicTask
 
 from cron_celery import schedules
 from cron_celery.beat import schedule_sync
-from cron_celery.decisions import tracked
+from cron_celery.decisions import dispatch, tracked
 from cron_celery.declaring import registry
-from cron_celery.models import CronJob
+from cron_celery.models import CronExecution, CronJob
 from cron_celery.tracking import rows
 from tests.settings import CRON_CELERY
 
@@ -131,3 +133,55 @@ def test_a_periodic_task_of_a_cron_job_or_of_cron_celery_itself_is_never_tracked
         schedule_sync.sync(now)
     assert not CronJob.objects.filter(periodic_task__in=[own, declared]).exists()
     assert not CronJob.objects.filter(task__startswith=tracked.ALIAS).exists()
+
+
+def test_a_job_declared_with_a_tracked_tasks_code_takes_over_its_history_next_slot_and_periodic_task(declare):
+    now = timezone.now()
+    task = PeriodicTask.objects.create(name="Send invoices", task=MARK, args='["inv"]', kwargs='{"x": 1}',
+                                       interval=every(60))
+    with tracking(True):
+        schedule_sync.sync(now)
+        row = CronJob.objects.get(periodic_task=task)
+        tracked_job = registry.get(row.code)
+        slot = now.replace(second=0, microsecond=0)
+        earlier, _ = dispatch.enqueue(job=tracked_job, job_id=row.id, slot=slot, execution_date=slot.date(),
+                                      trigger="BEAT")
+        job = declare("send-invoices", row.code, schedule="*/5 * * * *", timezone="UTC", catch_up="none",
+                      overlap="allow")
+        schedule_sync.sync(now)
+        taken = CronJob.objects.get(id=row.id)  # the same row: its history stays its own
+        assert (taken.code, taken.name, taken.task) == (row.code, "send-invoices", job.task_name)
+        assert taken.periodic_task_id == task.id and taken.removed_at is None and not taken.paused
+        assert taken.schedule == "*/5 * * * *" and taken.next_run_at is not None and not taken.schedule_problem
+        assert CronExecution.objects.filter(id=earlier, job_id=row.id).exists()
+        task.refresh_from_db()
+        assert (task.task, task.args, task.kwargs, task.enabled) == (job.task_name, "[]", "{}", True)
+        assert registry.get(row.code) is job  # the code's declaration, not the tracked one
+        schedule_sync.sync(now)  # and it stays the code's: tracking leaves it alone
+        assert CronJob.objects.get(id=row.id).task == job.task_name
+
+
+def test_adopt_lists_each_tracked_task_as_a_declaration_and_writes_a_module_that_imports(tmp_path):
+    now = timezone.now()
+    nightly = CrontabSchedule.objects.create(minute="30", hour="2", timezone="Europe/Amsterdam")
+    PeriodicTask.objects.create(name="Nightly export", task=MARK, args='["n"]', kwargs='{}', crontab=nightly,
+                                queue="reports")
+    PeriodicTask.objects.create(name="ping", task="tests.jobsapp.tasks.plain_ping", interval=every(300))
+    with tracking(True):
+        schedule_sync.sync(now)
+    out = io.StringIO()
+    call_command("adopt_periodic_tasks", stdout=out)
+    text = out.getvalue()
+    code = CronJob.objects.get(name="nightly-export").code
+    assert (f"@cron_task(name='nightly-export', code='{code}', schedule=\"30 2 * * *\", "
+            "timezone='Europe/Amsterdam', catch_up='none', overlap=\"allow\", queue='reports')") in text, text
+    assert "return _nightly_export_task.run('n')" in text and "schedule=every(seconds=300)" in text
+    target = tmp_path / "adopted.py"
+    call_command("adopt_periodic_tasks", "nightly-export", "--write", str(target), stdout=io.StringIO())
+    written = target.read_text()
+    assert "nightly_export" in written and "ping" not in written
+    compile(written, str(target), "exec")  # it parses as Python
+    with pytest.raises(CommandError, match="exists"):
+        call_command("adopt_periodic_tasks", "--write", str(target), stdout=io.StringIO())
+    with pytest.raises(CommandError, match="not a tracked periodic task: nope"):
+        call_command("adopt_periodic_tasks", "nope", stdout=io.StringIO())

@@ -100,6 +100,10 @@ def sync(now: dt.datetime | None = None, *, source: str = audit.DEPLOY_SYNC) -> 
     report = SyncReport()
     rows.sync(source=source)  # periodic tasks tracked as jobs (TRACK_PERIODIC_TASKS): their rows linked
     declared = {job.code: job for job in registry.all_jobs() if job.schedule is not None}
+    # A tracked periodic task's row that a job declared in code takes over (its code): its periodic task's
+    # arguments were its task's; the job's own parameters start from none.
+    taking_over = set(models.CronJob.objects.filter(code__in=list(declared), task__startswith=tracked.ALIAS)
+                      .values_list("code", flat=True))
     job_ids = jobs.refresh_job_ids(list(declared.values()))
     dependencies.sync(registry.all_jobs())  # the edges of after=, and the downstream jobs' rows
     report.disabled += removals.sync(registry.all_jobs(), source=source).disabled  # gone from the code: retired
@@ -123,7 +127,8 @@ def sync(now: dt.datetime | None = None, *, source: str = audit.DEPLOY_SYNC) -> 
         done = {job.code for job in fresh}
         to_write = [job for job in to_write if job.code not in done]
     for job in to_write:
-        _write_from_code(job, job_ids[job.code], declaration_hash(job), report, source)
+        _write_from_code(job, job_ids[job.code], declaration_hash(job), report, source,
+                         taking_over=job.code in taking_over)
     stale = [row for code, row in known.items() if code not in declared and row["periodic_task_id"] is not None
              and not row["task"].startswith(tracked.ALIAS)]
     for row in stale:
@@ -183,7 +188,8 @@ def _create_in_bulk(jobs: list[registry.Job], job_ids: dict[str, int], source: s
     return True
 
 
-def _write_from_code(job: registry.Job, job_id: int, digest: str, report: SyncReport, source: str) -> None:
+def _write_from_code(job: registry.Job, job_id: int, digest: str, report: SyncReport, source: str, *,
+                     taking_over: bool = False) -> None:
     assert job.schedule is not None
     tz = job.schedule.timezone or job.timezone
     with transaction.atomic():
@@ -197,6 +203,8 @@ def _write_from_code(job: registry.Job, job_id: int, digest: str, report: SyncRe
             task = PeriodicTask.objects.filter(name=task_name_for(job), task=job.task_name).first()
         fields = {"task": job.task_name, "description": str(job.schedule), **_schedule_row(job.schedule, tz),
                   **_window_fields(job)}
+        if taking_over:  # the arguments of the task it tracked, not values of this job's parameters
+            fields.update(args="[]", kwargs="{}")
         if task is None:
             task = PeriodicTask.objects.create(name=task_name_for(job), enabled=True, **fields)
             report.created.append(job.name)

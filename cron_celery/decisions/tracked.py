@@ -126,11 +126,12 @@ def link(candidates: list[Candidate], *, catch_up: str, source: str, reserved: f
     return linked
 
 
-def unlink_others(keep: set[int], *, source: str) -> list[str]:
+def unlink_others(keep: set[int], *, source: str, spare: frozenset[str] = frozenset()) -> list[str]:
     """The tracked rows whose periodic task is gone or no longer tracked: unlinked, never due again, and
     marked removed (``removed_at``), so what they left waiting is closed SKIPPED (REMOVED), unalerted, as
     for a job removed from the code (``removals``). Their history stays; the periodic task, if it is
-    still there, is sent untracked again. Returns their codes."""
+    still there, is sent untracked again. A row whose code is in ``spare`` (a job declared in code takes
+    it over) is left as it is. Returns their codes."""
     with transaction.atomic(), connection.cursor() as cursor:
         audit.set_author(source=source, cursor=cursor)
         cursor.execute(
@@ -138,7 +139,7 @@ def unlink_others(keep: set[int], *, source: str) -> list[str]:
             WITH gone AS (
                 SELECT id FROM {JOB} AS job
                  WHERE {IS_TRACKED} AND (job.periodic_task_id IS NOT NULL OR job.next_run_at IS NOT NULL)
-                   AND NOT (coalesce(job.periodic_task_id, -1) = ANY(%s::bigint[]))
+                   AND NOT (coalesce(job.periodic_task_id, -1) = ANY(%s::bigint[])) AND job.code <> ALL(%s)
                  ORDER BY id FOR UPDATE
             )
             UPDATE {JOB} AS job SET periodic_task_id = NULL, next_run_at = NULL, updated_at = now(),
@@ -146,7 +147,7 @@ def unlink_others(keep: set[int], *, source: str) -> list[str]:
               FROM gone WHERE job.id = gone.id
             RETURNING job.code
             """,
-            [sorted(keep)],
+            [sorted(keep), sorted(spare)],
         )
         return sorted(str(row[0]) for row in cursor.fetchall())
 

@@ -34,8 +34,9 @@ def default_timezone() -> str:
     return str(conf.settings.DEFAULT_TIMEZONE or django_settings.TIME_ZONE or "UTC")
 
 
-def candidates() -> list[tracked.Candidate]:
-    """The periodic tasks the setting tracks: a crontab or an interval, and no cron job's."""
+def candidates(declared_codes: frozenset[str] = frozenset()) -> list[tracked.Candidate]:
+    """The periodic tasks the setting tracks: a crontab or an interval, and no cron job's. One whose job's
+    code a job declared in code now takes (``adopt_periodic_tasks``) is that job's from now on."""
     choose = selection.chooser()
     if choose is None:
         return []
@@ -43,6 +44,8 @@ def candidates() -> list[tracked.Candidate]:
     mine = Q(cron_job__isnull=True) | Q(cron_job__task__startswith=tracked.ALIAS)
     for task in (PeriodicTask.objects.filter(mine).filter(Q(crontab__isnull=False) | Q(interval__isnull=False))
                  .select_related("crontab").order_by("id")):
+        if tracked.code_for(task.id) in declared_codes:
+            continue
         if selection.never(task.task) or not selection.chosen(choose, task):
             continue
         zone = str(task.crontab.timezone) if task.crontab is not None and task.crontab.timezone else default_timezone()
@@ -52,11 +55,13 @@ def candidates() -> list[tracked.Candidate]:
 
 def sync(*, source: str) -> Report:
     """Link every tracked periodic task to its job row and unlink the rest (see the module doc)."""
-    chosen = candidates()
-    declared = frozenset(job.name for job in registry.all_jobs())
+    jobs = registry.all_jobs()
+    codes = frozenset(job.code for job in jobs)
+    chosen = candidates(codes)
     report = Report(linked=tracked.link(chosen, catch_up=str(conf.settings.TRACKED_CATCH_UP), source=source,
-                                        reserved=declared),
-                    unlinked=tracked.unlink_others({c.periodic_task_id for c in chosen}, source=source))
+                                        reserved=frozenset(job.name for job in jobs)),
+                    unlinked=tracked.unlink_others({c.periodic_task_id for c in chosen}, source=source,
+                                                   spare=codes))
     if report.linked:
         logger.warning("cron_celery: %d periodic task(s) tracked as jobs from now on: %s", len(report.linked),
                        ", ".join(report.linked[:20]))
