@@ -41,7 +41,7 @@ class CronCeleryConfig(AppConfig):
         from cron_celery.decisions import tracked
         from cron_celery.declaring import registry
         from cron_celery.run import backfill, events, shutdown
-        from cron_celery.tracking import worker
+        from cron_celery.tracking import rows, worker
 
         # Their Celery tasks (an alert's delivery, a schedule problem's, a backfill's rest) register as
         # they are imported: every worker must know them, whatever else its settings install.
@@ -58,6 +58,7 @@ class CronCeleryConfig(AppConfig):
         # Tracked periodic tasks: their jobs found from their rows, their tasks wrapped on every worker.
         registry.set_loader(tracked.load_job)
         worker.connect()
+        rows.connect()
         # Declare every job now, so a duplicate name or code stops start-up at once, in a few lines.
         from cron_celery import exceptions
 

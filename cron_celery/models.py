@@ -17,7 +17,8 @@ from cron_celery.enums import AlertStatus, CatchUp, Event, ExecutionPattern, Ove
 
 # The enums live in ``enums`` (plain Python); they can be imported from here too, as before.
 __all__ = ["OPERATE_PERMISSION", "Alert", "AlertStatus", "BeatHeartbeat", "CatchUp", "CronExecution", "CronJob",
-           "Event", "ExecutionPattern", "Lease", "Overlap", "SkipReason", "Status", "Tally", "Trigger"]
+           "Event", "ExecutionPattern", "Lease", "Overlap", "SkipReason", "Status", "Tally", "TrackedPeriodicTask",
+           "Trigger"]
 
 #: Who may act on jobs — run now, pause, resume, backfill, re-run, mark LOST, send alerts
 #: again (admin actions) and POST the run endpoint with a session: Django's "Can change cron
@@ -155,6 +156,29 @@ class CronJob(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.code})"
+
+
+class TrackedPeriodicTask(models.Model):
+    """One of django-celery-beat's periodic tasks as a person chose it in the admin: tracked as a job or
+    left out, whatever ``TRACK_PERIODIC_TASKS`` says, and its catch-up policy (``tracking.selection``)."""
+
+    periodic_task = models.OneToOneField("django_celery_beat.PeriodicTask", on_delete=models.CASCADE,
+                                         related_name="cron_tracking")
+    track = models.BooleanField(
+        null=True, blank=True, verbose_name="tracked by cron_celery",
+        help_text="Yes: tracked as a job (an execution per slot, sent and run once); no: sent untracked; "
+                  "empty: as TRACK_PERIODIC_TASKS says")
+    catch_up = models.CharField(
+        max_length=10, blank=True, choices=CatchUp.choices(),
+        help_text="Slots the beat missed while it was down: none (recorded MISSED), latest or all; empty: "
+                  "TRACKED_CATCH_UP")
+
+    class Meta:
+        verbose_name = "tracking by cron_celery"
+        verbose_name_plural = "tracking by cron_celery"
+
+    def __str__(self) -> str:
+        return f"tracking of periodic task {self.periodic_task_id}"
 
 
 class CronExecution(models.Model):

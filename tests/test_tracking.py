@@ -9,6 +9,7 @@ import io
 import pytest
 from django.core.management import CommandError, call_command
 from django.test import override_settings
+from django.urls import reverse
 from django.utils import timezone
 from django_celery_beat.models import ClockedSchedule, CrontabSchedule, IntervalSchedule, PeriodicTask
 
@@ -16,8 +17,9 @@ from cron_celery import schedules
 from cron_celery.beat import schedule_sync
 from cron_celery.decisions import dispatch, tracked
 from cron_celery.declaring import registry
-from cron_celery.models import CronExecution, CronJob
+from cron_celery.models import CronExecution, CronJob, TrackedPeriodicTask
 from cron_celery.tracking import rows
+from tests.admin_forms import submit
 from tests.settings import CRON_CELERY
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -185,3 +187,35 @@ def test_adopt_lists_each_tracked_task_as_a_declaration_and_writes_a_module_that
         call_command("adopt_periodic_tasks", "--write", str(target), stdout=io.StringIO())
     with pytest.raises(CommandError, match="not a tracked periodic task: nope"):
         call_command("adopt_periodic_tasks", "nope", stdout=io.StringIO())
+
+
+def test_a_persons_choice_in_the_admin_tracks_or_leaves_out_one_task_over_the_setting_and_sets_its_catch_up(
+        admin_client):
+    now = timezone.now()
+    wanted = PeriodicTask.objects.create(name="wanted", task=MARK, interval=every(30))
+    unwanted = PeriodicTask.objects.create(name="unwanted", task=MARK, interval=every(30))
+    url = reverse("admin:django_celery_beat_periodictask_change", args=[wanted.id])
+    assert b"cron_tracking-0-track" in admin_client.get(url).content
+    prefix = "cron_tracking"  # the inline's form prefix: the reverse name of its one-to-one field
+    answer = submit(admin_client, url, {f"{prefix}-0-track": "true", f"{prefix}-0-catch_up": "all"})
+    assert answer.status_code == 302, answer.content.decode()[:3000]
+    with tracking(False):  # nothing tracked by the setting: the person's yes tracks this one
+        schedule_sync.sync(now)
+    assert CronJob.objects.get(periodic_task=wanted).catch_up == "all"
+    assert not CronJob.objects.filter(periodic_task=unwanted).exists()
+    TrackedPeriodicTask.objects.create(periodic_task=unwanted, track=False)
+    with tracking(True):  # every one by the setting: the person's no leaves this one out
+        schedule_sync.sync(now)
+    assert not CronJob.objects.filter(periodic_task=unwanted).exists()
+    assert CronJob.objects.filter(periodic_task=wanted).exists()
+    choice = TrackedPeriodicTask.objects.get(periodic_task=wanted)
+    choice.track, choice.catch_up = None, ""
+    choice.save()
+    with tracking(True):  # back to the setting's word, and its catch-up
+        schedule_sync.sync(now)
+    assert CronJob.objects.get(periodic_task=wanted).catch_up == "none"
+    # A cron job's own periodic task offers no choice: it is always its job's.
+    own = CronJob.objects.filter(periodic_task__isnull=False).exclude(task__startswith=tracked.ALIAS)[0].periodic_task
+    assert own is not None
+    page = admin_client.get(reverse("admin:django_celery_beat_periodictask_change", args=[own.id]))
+    assert page.status_code == 200 and b"cron_tracking-0-track" not in page.content

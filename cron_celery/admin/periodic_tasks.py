@@ -23,7 +23,7 @@ from django_celery_beat.models import PeriodicTask
 from cron_celery import exceptions, models
 from cron_celery.admin import access
 from cron_celery.admin.schedule_changes import code_and_admin, username
-from cron_celery.decisions import audit
+from cron_celery.decisions import audit, tracked
 from cron_celery.declaring import params, registry
 
 
@@ -63,9 +63,31 @@ def _declared_code(code: str) -> registry.Job | None:
         return None
 
 
+class TrackingInline(admin.StackedInline):  # type: ignore[type-arg]
+    """On a periodic task's page: whether cron_celery tracks it as a job (over ``TRACK_PERIODIC_TASKS``),
+    and its catch-up policy. Not shown for a cron job's own periodic task, which is always its job's."""
+
+    model = models.TrackedPeriodicTask
+    extra = 1
+    max_num = 1
+    can_delete = False
+    fields = ("track", "catch_up")
+
+
+class OffersTracking:
+    """Mixed into the periodic task's admin: ``TrackingInline``, except on a cron job's own task."""
+
+    def get_inline_instances(self, request: HttpRequest, obj: Any = None) -> list[Any]:
+        found: list[Any] = super().get_inline_instances(request, obj)  # type: ignore[misc]
+        if obj is not None and models.CronJob.objects.filter(periodic_task_id=obj.pk).exclude(
+                task__startswith=tracked.ALIAS).exists():
+            return [inline for inline in found if not isinstance(inline, TrackingInline)]
+        return found
+
+
 def _check_kwargs_on_save() -> None:
     """Re-register the periodic task's admin (django-celery-beat's, or the subclass registered in its
-    place) with its form extended by ``KwargsChecked``."""
+    place) with its form extended by ``KwargsChecked`` and the tracking choice (``TrackingInline``)."""
     try:
         current: type[admin.ModelAdmin] = type(admin.site.get_model_admin(PeriodicTask))  # type: ignore[type-arg]
     except NotRegistered:
@@ -74,7 +96,8 @@ def _check_kwargs_on_save() -> None:
     if issubclass(base_form, KwargsChecked):
         return
     form = type(base_form.__name__, (KwargsChecked, base_form), {"__module__": __name__})
-    checked = type(current.__name__, (current,), {"form": form, "__module__": __name__})
+    checked = type(current.__name__, (OffersTracking, current),
+                   {"form": form, "__module__": __name__, "inlines": [*current.inlines, TrackingInline]})
     admin.site.unregister(PeriodicTask)
     admin.site.register(PeriodicTask, checked)
 

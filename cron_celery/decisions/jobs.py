@@ -159,7 +159,17 @@ def jobs_by_row_id() -> dict[int, registry.Job]:
 
 
 def job_id(job: registry.Job, *, refresh: bool = False) -> int:
-    """The job's row id, creating or refreshing the row once per process."""
+    """The job's row id, creating or refreshing the row once per process. A tracked periodic task's row
+    is written by its tracking only (``tracked``): read, never refreshed from a declaration read of it."""
     if refresh or job not in _job_ids:
-        _job_ids[job] = ensure_job(job)
+        _job_ids[job] = _tracked_row(job) if job.tracked else ensure_job(job)
     return _job_ids[job]
+
+
+def _tracked_row(job: registry.Job) -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT id FROM {JOB} WHERE code = %s", [job.code])
+        row = cursor.fetchone()
+    if row is None:
+        raise exceptions.UnknownJob(name=job.code, known="(a tracked periodic task whose job row is gone)")
+    return int(row[0])

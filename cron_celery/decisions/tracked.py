@@ -54,12 +54,13 @@ def code_for(periodic_task_id: int) -> str:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Candidate:
-    """A periodic task to track: its row id, name and task, and its job's timezone (its crontab's)."""
+    """A periodic task to track: its row id, name and task, its job's timezone (its crontab's) and catch-up."""
 
     periodic_task_id: int
     name: str
     task: str
     timezone: str
+    catch_up: str = "none"
 
 
 def name_for(candidate: Candidate, taken: frozenset[str] | set[str]) -> str:
@@ -71,8 +72,7 @@ def name_for(candidate: Candidate, taken: frozenset[str] | set[str]) -> str:
     return slug if slug not in taken else f"{slug[:100 - len(suffix)]}{suffix}"
 
 
-def link(candidates: list[Candidate], *, catch_up: str, source: str, reserved: frozenset[str] = frozenset()
-         ) -> list[str]:
+def link(candidates: list[Candidate], *, source: str, reserved: frozenset[str] = frozenset()) -> list[str]:
     """Give each candidate a job row linked to its periodic task (a new row, or its old one linked
     again) and mark it for the beat to read its schedule (``schedule_sync.apply_edits``); a renamed
     periodic task renames its job; a name in ``reserved`` (a job declared in code) is never taken.
@@ -103,7 +103,7 @@ def link(candidates: list[Candidate], *, catch_up: str, source: str, reserved: f
                     ON CONFLICT DO NOTHING
                     """,
                     [name, code, alias(code), enums.ExecutionPattern.STANDARD, enums.Overlap.ALLOW, candidate.timezone,
-                     f"The periodic task {candidate.name!r} ({candidate.task}), tracked", catch_up,
+                     f"The periodic task {candidate.name!r} ({candidate.task}), tracked", candidate.catch_up,
                      candidate.periodic_task_id])
                 if cursor.rowcount == 1:  # else another beat linked it this instant, or took the name
                     names[name] = code
@@ -111,14 +111,14 @@ def link(candidates: list[Candidate], *, catch_up: str, source: str, reserved: f
                 continue
             _, _, old_name, linked_to, old_catch_up, old_timezone, removed = row
             if (linked_to, old_name, old_catch_up, old_timezone, removed) == (
-                    candidate.periodic_task_id, name, catch_up, candidate.timezone, None):
+                    candidate.periodic_task_id, name, candidate.catch_up, candidate.timezone, None):
                 continue
             cursor.execute(
                 f"""UPDATE {JOB} SET periodic_task_id = %s, name = %s, catch_up = %s, timezone = %s, updated_at = now(),
                         removed_at = NULL,
                         schedule_version = schedule_version + CASE WHEN periodic_task_id IS NULL THEN 1 ELSE 0 END
                      WHERE code = %s""",
-                [candidate.periodic_task_id, name, catch_up, candidate.timezone, code])
+                [candidate.periodic_task_id, name, candidate.catch_up, candidate.timezone, code])
             names.pop(old_name, None)
             names[name] = code
             if linked_to is None:

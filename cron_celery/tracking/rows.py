@@ -14,11 +14,13 @@ import logging
 
 from django.conf import settings as django_settings
 from django.db.models import Q
+from django.db.models.signals import post_delete, post_save
 from django_celery_beat.models import PeriodicTask, PeriodicTasks
 
 from cron_celery import conf
 from cron_celery.decisions import tracked
 from cron_celery.declaring import registry
+from cron_celery.models import TrackedPeriodicTask
 from cron_celery.tracking import selection
 
 logger = logging.getLogger(__name__)
@@ -38,18 +40,19 @@ def candidates(declared_codes: frozenset[str] = frozenset()) -> list[tracked.Can
     """The periodic tasks the setting tracks: a crontab or an interval, and no cron job's. One whose job's
     code a job declared in code now takes (``adopt_periodic_tasks``) is that job's from now on."""
     choose = selection.chooser()
-    if choose is None:
-        return []
     found = []
     mine = Q(cron_job__isnull=True) | Q(cron_job__task__startswith=tracked.ALIAS)
-    for task in (PeriodicTask.objects.filter(mine).filter(Q(crontab__isnull=False) | Q(interval__isnull=False))
-                 .select_related("crontab").order_by("id")):
+    tasks = PeriodicTask.objects.filter(mine).filter(Q(crontab__isnull=False) | Q(interval__isnull=False))
+    if choose is None:  # only those a person chose in the admin
+        tasks = tasks.filter(cron_tracking__track=True)
+    for task in tasks.select_related("crontab", "cron_tracking").order_by("id"):
         if tracked.code_for(task.id) in declared_codes:
             continue
         if selection.never(task.task) or not selection.chosen(choose, task):
             continue
         zone = str(task.crontab.timezone) if task.crontab is not None and task.crontab.timezone else default_timezone()
-        found.append(tracked.Candidate(periodic_task_id=task.id, name=task.name, task=task.task, timezone=zone))
+        found.append(tracked.Candidate(periodic_task_id=task.id, name=task.name, task=task.task, timezone=zone,
+                                       catch_up=selection.catch_up(task)))
     return found
 
 
@@ -58,8 +61,7 @@ def sync(*, source: str) -> Report:
     jobs = registry.all_jobs()
     codes = frozenset(job.code for job in jobs)
     chosen = candidates(codes)
-    report = Report(linked=tracked.link(chosen, catch_up=str(conf.settings.TRACKED_CATCH_UP), source=source,
-                                        reserved=frozenset(job.name for job in jobs)),
+    report = Report(linked=tracked.link(chosen, source=source, reserved=frozenset(job.name for job in jobs)),
                     unlinked=tracked.unlink_others({c.periodic_task_id for c in chosen}, source=source,
                                                    spare=codes))
     if report.linked:
@@ -72,3 +74,15 @@ def sync(*, source: str) -> Report:
     if report.linked or report.unlinked:
         PeriodicTasks.update_changed()  # django-celery-beat's own scheduler reads which ones it sends again
     return report
+
+
+def connect() -> None:
+    """A person's tracking choice saved in the admin reaches a running beat as a periodic task's edit does:
+    django-celery-beat is told its tasks changed, and the beat links or unlinks at its next tick."""
+    for signal in (post_save, post_delete):
+        signal.connect(_choice_changed, sender=TrackedPeriodicTask, weak=False,
+                       dispatch_uid=f"cron_celery.tracking.{signal is post_save}")
+
+
+def _choice_changed(**_: object) -> None:
+    PeriodicTasks.update_changed()

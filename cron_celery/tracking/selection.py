@@ -2,7 +2,9 @@
 
 ``False`` (the default): none. ``True``: every periodic task that is no cron job's. A list (or
 tuple, or set) of names: each periodic task whose name or task name is in it. A callable, or the
-dotted path of one: called with each ``PeriodicTask``, tracked when it answers true.
+dotted path of one: called with each ``PeriodicTask``, tracked when it answers true. Over the
+setting, a person's yes or no for one periodic task in the admin (``TrackedPeriodicTask``), and its
+catch-up policy there over ``TRACKED_CATCH_UP``.
 
 Never tracked, whatever the setting: a cron job's own periodic task; a task of cron_celery's own
 or of a job declared in code; a clocked or solar schedule (their slots cannot be computed ahead:
@@ -15,6 +17,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from django.core.exceptions import ObjectDoesNotExist
 from django.utils.module_loading import import_string
 
 from cron_celery import conf
@@ -67,11 +70,31 @@ def never(task_name: str) -> str:
     return ""
 
 
-def chosen(choose: Chooser, task: Any) -> bool:
-    """Whether ``choose`` tracks ``task``; a chooser that raises tracks nothing of it (logged)."""
+def _choice(task: Any) -> Any:
+    """The person's choice for ``task`` in the admin (``TrackedPeriodicTask``), None when there is none."""
+    try:
+        return task.cron_tracking
+    except ObjectDoesNotExist:
+        return None
+
+
+def chosen(choose: Chooser | None, task: Any) -> bool:
+    """Whether ``task`` is tracked: the admin's yes or no for it, else ``choose`` (None: no); a chooser
+    that raises tracks nothing of it (logged)."""
+    choice = _choice(task)
+    if choice is not None and choice.track is not None:
+        return bool(choice.track)
+    if choose is None:
+        return False
     try:
         return bool(choose(task))
     except Exception:
         logger.exception("cron_celery: TRACK_PERIODIC_TASKS raised for the periodic task %r; it is not tracked",
                          task.name)
         return False
+
+
+def catch_up(task: Any) -> str:
+    """The catch-up policy of a tracked ``task``: the admin's for it, else ``TRACKED_CATCH_UP``."""
+    choice = _choice(task)
+    return str(choice.catch_up) if choice is not None and choice.catch_up else str(conf.settings.TRACKED_CATCH_UP)
