@@ -126,6 +126,14 @@ def link(candidates: list[Candidate], *, source: str, reserved: frozenset[str] =
     return linked
 
 
+def any_rows() -> bool:
+    """Whether a tracked periodic task's job row exists, linked or not."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT EXISTS (SELECT 1 FROM {JOB} AS job WHERE {IS_TRACKED})")
+        row = cursor.fetchone()
+    return bool(row and row[0])
+
+
 def unlink_others(keep: set[int], *, source: str, spare: frozenset[str] = frozenset()) -> list[str]:
     """The tracked rows whose periodic task is gone or no longer tracked: unlinked, never due again, and
     marked removed (``removed_at``), so what they left waiting is closed SKIPPED (REMOVED), unalerted, as

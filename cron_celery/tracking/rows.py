@@ -56,8 +56,16 @@ def candidates(declared_codes: frozenset[str] = frozenset()) -> list[tracked.Can
     return found
 
 
+def in_use() -> bool:
+    """Whether anything is or was tracked: the setting, a person's yes in the admin, or a tracked row."""
+    return (selection.chooser() is not None or TrackedPeriodicTask.objects.filter(track=True).exists()
+            or tracked.any_rows())
+
+
 def sync(*, source: str) -> Report:
     """Link every tracked periodic task to its job row and unlink the rest (see the module doc)."""
+    if not in_use():  # nothing to link or unlink: django-celery-beat's read goes on untouched
+        return Report()
     jobs = registry.all_jobs()
     codes = frozenset(job.code for job in jobs)
     chosen = candidates(codes)
