@@ -265,10 +265,9 @@ class Scheduler(DatabaseScheduler):  # type: ignore[misc]
     def reserve(self, entry: Any) -> Any:
         """The entry about to be sent: its last run and run count written to its row first, only if the
         row still holds the run count this beat read (else ``plain_tasks.SentElsewhere``: not sent)."""
-        counted = entry.model.total_run_count
         new_entry = super().reserve(entry)
         self._dirty.discard(new_entry.name)  # never written by DatabaseScheduler's lazy sync: by the line below
-        plain_tasks.record_reserved(new_entry.model, counted)
+        plain_tasks.record_reserved(self._schedule, entry, new_entry)
         return new_entry
 
     def dispatch_due(self) -> float:

@@ -37,15 +37,22 @@ class SentElsewhere(Exception):
         super().__init__(f"periodic task {name!r} was sent by another beat since this beat read it: not sent")
 
 
-def record_reserved(model: PeriodicTask, counted: int) -> None:
-    """Write what the send about to happen changes on the entry's row, its last run and run count (a
-    one-off with a run counted is disabled by the next look at it, on whichever beat), if the row
-    still holds ``counted``, the run count this beat read; else raise ``SentElsewhere``. Only those two
-    columns: an admin's concurrent edit of the others stands."""
-    written = PeriodicTask.objects.filter(pk=model.pk, total_run_count=counted).update(
-        last_run_at=model.last_run_at, total_run_count=model.total_run_count)
+def record_reserved(held: dict[str, Any], entry: Any, new_entry: Any) -> None:
+    """Write what the send of ``entry`` about to happen changes on its row, the last run and run count
+    of ``new_entry`` (a one-off with a run counted is disabled by the next look at it, on whichever
+    beat), if the row still holds the run count ``entry`` was read with; else raise ``SentElsewhere``.
+    Only those two columns: an admin's concurrent edit of the others stands.
+
+    The count compared is the entry's own, not its model's: ``DatabaseScheduler``'s entries share one
+    model object, which the send advances, while the entry read with it keeps its old last run; a
+    schedule rebuilt from the entries held (``held``) would find that entry due again and pass the
+    comparison. So the entries held are given the new one, and an old one is refused all the same."""
+    written = PeriodicTask.objects.filter(pk=new_entry.model.pk, total_run_count=entry.total_run_count).update(
+        last_run_at=new_entry.last_run_at, total_run_count=new_entry.total_run_count)
     if not written:
-        raise SentElsewhere(model.name)
+        raise SentElsewhere(new_entry.name)
+    if held.get(new_entry.name) is entry:
+        held[new_entry.name] = new_entry
 
 
 def read_again(scheduler: Any) -> None:
