@@ -14,12 +14,13 @@ from django.utils import timezone
 from django_celery_beat.models import ClockedSchedule, CrontabSchedule, IntervalSchedule, PeriodicTask
 
 from cron_celery import schedules
-from cron_celery.beat import schedule_sync
+from cron_celery.beat import Scheduler, schedule_sync
 from cron_celery.decisions import dispatch, tracked
 from cron_celery.declaring import registry
 from cron_celery.models import CronExecution, CronJob, TrackedPeriodicTask
-from cron_celery.tracking import rows
+from cron_celery.tracking import adoption, rows
 from tests.admin_forms import submit
+from tests.celery_app import app
 from tests.settings import CRON_CELERY
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -40,13 +41,13 @@ def test_each_tracked_periodic_task_gets_a_job_row_linked_to_it_with_its_schedul
                                               interval=every(30), queue="reports", priority=3)
     amsterdam = CrontabSchedule.objects.create(minute="5", hour="*", timezone="Europe/Amsterdam")
     by_crontab = PeriodicTask.objects.create(name="crontab one", task=MARK, crontab=amsterdam, args='["b"]')
-    in_an_hour = ClockedSchedule.objects.create(clocked_time=now + dt.timedelta(hours=1))
-    clocked = PeriodicTask.objects.create(name="clocked one", task=MARK, one_off=True, clocked=in_an_hour)
+    soon = ClockedSchedule.objects.create(clocked_time=now + dt.timedelta(minutes=2))  # read by its scheduler
+    clocked = PeriodicTask.objects.create(name="clocked one", task=MARK, one_off=True, clocked=soon)
     untracked = PeriodicTask.objects.create(name="left alone", task=MARK, interval=every(30))
     with tracking(["Weekly digest!", "crontab one", "clocked one"]):
         schedule_sync.sync(now)
         rows = {row.code: row for row in CronJob.objects.filter(task__startswith=tracked.ALIAS)}
-        assert set(rows) == {f"PT{by_interval.id}", f"PT{by_crontab.id}"}  # a clocked one stays untracked
+        assert set(rows) == {f"PT{by_interval.id}", f"PT{by_crontab.id}", f"PT{clocked.id}"}
         first = rows[f"PT{by_interval.id}"]
         assert (first.name, first.task, first.periodic_task_id) == (
             "weekly-digest", f"cron_celery.tracked:PT{by_interval.id}", by_interval.id)
@@ -63,7 +64,14 @@ def test_each_tracked_periodic_task_gets_a_job_row_linked_to_it_with_its_schedul
         assert (sent.task, sent.args, sent.kwargs, sent.options) == (MARK, ["a"], {}, {"queue": "reports",
                                                                                       "priority": 3})
         assert not CronJob.objects.filter(periodic_task=untracked).exists()
-        assert not CronJob.objects.filter(periodic_task=clocked).exists()
+        # A clocked one is recorded as it fires (tracking.fires): no slot ahead, no problem, never paused,
+        # and django-celery-beat's scheduler still reads it, to say when it fires.
+        fired = rows[f"PT{clocked.id}"]
+        assert (fired.schedule, fired.next_run_at, fired.schedule_problem, fired.paused) == ("", None, "", False)
+        assert fired.params == {"args": [], "kwargs": {}}
+        reads = Scheduler(app=app, lazy=True).enabled_models_qs()
+        assert set(reads.values_list("name", flat=True)) == {"clocked one", "left alone"}
+        assert {found.code for found in adoption.adoptable()} == {first.code, second.code}  # no declaration of it
     with tracking(["crontab one"]):  # the first one left out: unlinked, its history kept, sent untracked again
         schedule_sync.sync(now)
     first.refresh_from_db()

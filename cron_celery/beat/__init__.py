@@ -34,6 +34,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from django.db import DatabaseError, connection
+from django.db.models import Q
 from django_celery_beat.schedulers import DatabaseScheduler
 from pottery import Redlock
 from pottery.exceptions import ExtendUnlockedLock, QuorumIsImpossible, ReleaseUnlockedLock
@@ -43,7 +44,7 @@ from cron_celery.beat import health, plain_tasks, publishing, schedule_problems,
 from cron_celery.beat.planning import PlanKey, log_round, plan
 from cron_celery.decisions import audit, dispatch, leadership, oneoffs, repairs
 from cron_celery.run import locks, outcomes, tasks
-from cron_celery.tracking import rows
+from cron_celery.tracking import fires, rows
 
 logger = logging.getLogger(__name__)
 
@@ -211,12 +212,13 @@ class Scheduler(DatabaseScheduler):  # type: ignore[misc]
     def enabled_models_qs(self) -> Any:
         """django-celery-beat's own entries: every enabled periodic task but ours. Its query reads every
         crontab row's timezone; one it cannot read (a row written past the admin) falls back to all of them."""
+        ours = Q(cron_job__isnull=True) | fires.TRACKED_FIRES  # a tracked clocked or solar one: as it fires
         try:
-            return super().enabled_models_qs().filter(cron_job__isnull=True)
+            return super().enabled_models_qs().filter(ours)
         except Exception as error:  # one bad crontab row must not stop the beat's start or its ticks
             logger.warning("cron_celery beat: django-celery-beat cannot read its crontab rows (%s: %s); taking "
                            "every enabled periodic task", type(error).__name__, error)
-            return self.Model.objects.enabled().filter(cron_job__isnull=True)
+            return self.Model.objects.enabled().filter(ours)
 
     def all_as_schedule(self) -> Any:
         """django-celery-beat reads its periodic tasks again (at the start, on a change, every five
@@ -269,6 +271,16 @@ class Scheduler(DatabaseScheduler):  # type: ignore[misc]
         self._dirty.discard(new_entry.name)  # never written by DatabaseScheduler's lazy sync: by the line below
         plain_tasks.record_reserved(self._schedule, entry, new_entry)
         return new_entry
+
+    def apply_async(self, entry: Any, producer: Any = None, advance: bool = True, **kwargs: Any) -> Any:
+        """An entry's send: a tracked clocked or solar periodic task's as a run of its job
+        (``tracking.fires``), any other as ``DatabaseScheduler`` sends it."""
+        if fires.fires(entry.model):
+            entry = self.reserve(entry) if advance else entry
+            sent = fires.send(entry.model)
+            if sent is not None:
+                return sent
+        return super().apply_async(entry, producer=producer, advance=False, **kwargs)
 
     def dispatch_due(self) -> float:
         """Record and publish every due slot; returns how long to sleep until the next one

@@ -250,7 +250,8 @@ def apply_edits(now: dt.datetime | None = None, limit: int = 1000) -> int:
                    task.enabled, c.minute, c.hour, c.day_of_month, c.month_of_year, c.day_of_week,
                    c.timezone, i.every, i.period, job.name, job.timezone, job.code, job.schedule_problem,
                    task.start_time, task.expires, coalesce(task.one_off, false), job.active_from, job.active_until,
-                   task.kwargs, job.params, job.jitter_ms, job.task, task.args
+                   task.kwargs, job.params, job.jitter_ms, job.task, task.args,
+                   (task.id IS NOT NULL AND task.crontab_id IS NULL AND task.interval_id IS NULL)
             FROM {JOB} AS job
             LEFT JOIN {TASK} AS task ON task.id = job.periodic_task_id
             LEFT JOIN {CRONTAB} AS c ON c.id = task.crontab_id
@@ -298,7 +299,7 @@ def _taken_in(row: tuple[Any, ...], readings: dict[tuple[object, object], schedu
     """One edited job's row as its edit leaves it, and its problem if that is new."""
     (job_id, version, stored, stored_tz, next_run_at, enabled, minute, hour, dom, moy, dow, tz,
      every, period, name, job_tz, code, known_problem, opens, closes, one_off, opened, closed,
-     kwargs, stored_params, jitter_ms, job_task, args) = row
+     kwargs, stored_params, jitter_ms, job_task, args, fired) = row
     schedule_text, schedule_tz, problem = stored, stored_tz, ""
     move, next_at, paused = False, next_run_at, None  # paused None: leave the flag as it is
     found = None
@@ -309,6 +310,10 @@ def _taken_in(row: tuple[Any, ...], readings: dict[tuple[object, object], schedu
         new_params, refused, runnable = tracked.read_message(args, kwargs, executions.loaded(stored_params))
     elif enabled is not None:
         new_params, refused, runnable = schedule_problems.read_kwargs(code, kwargs, executions.loaded(stored_params))
+    if fired and tracked.code_of(job_task) is not None:  # recorded as it fires (tracking.fires): no slot ahead
+        return _fired(row, new_params, refused), (schedule_problems.Problem(
+            code=code, name=name, problem=refused, kept="keeping its previous arguments")
+            if refused and refused != known_problem else None)
     window_edited = enabled is not None and (opens, closes) != (opened, closed)
     if window_edited:
         logger.info("cron job %s: active window %s to %s", name, _iso_or_none(opens), _iso_or_none(closes))
@@ -358,6 +363,15 @@ def _taken_in(row: tuple[Any, ...], readings: dict[tuple[object, object], schedu
         job_id=job_id, version=version, schedule=schedule_text, tz=schedule_tz or "", move=move, next_run_at=next_at,
         problem=problem, paused=paused, opens=opens if linked else opened, closes=closes if linked else closed,
         one_off=bool(one_off) and linked, params=None if new_params is None else json.dumps(new_params)), found
+
+
+def _fired(row: tuple[Any, ...], new_params: dict[str, Any] | None, refused: str) -> edit_writes.Update:
+    """A tracked clocked or solar periodic task's job row as its edit leaves it: no schedule and no next
+    slot (``DatabaseScheduler`` says when it fires), never paused here (a one-off is disabled once it
+    fired, while its run may not have started), its arguments read."""
+    return edit_writes.Update(
+        job_id=row[0], version=row[1], schedule="", tz="", move=True, next_run_at=None, problem=refused, paused=None,
+        opens=None, closes=None, one_off=False, params=None if new_params is None else json.dumps(new_params))
 
 
 #: At a sync, the jobs whose periodic task's kwargs no longer read as their values (``schedule_problems``).

@@ -126,6 +126,15 @@ def link(candidates: list[Candidate], *, source: str, reserved: frozenset[str] =
     return linked
 
 
+def linked_code(periodic_task_id: int) -> str | None:
+    """The code of the tracked job linked to this periodic task now; None when it is not tracked."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT code FROM {JOB} AS job WHERE job.periodic_task_id = %s AND {IS_TRACKED}",
+                       [periodic_task_id])
+        row = cursor.fetchone()
+    return None if row is None else str(row[0])
+
+
 def any_rows() -> bool:
     """Whether a tracked periodic task's job row exists, linked or not."""
     with connection.cursor() as cursor:

@@ -15,6 +15,7 @@ import keyword
 import re
 from typing import Any
 
+from django.db.models import Q
 from django_celery_beat.models import PeriodicTask
 
 from cron_celery.decisions import tracked
@@ -36,8 +37,11 @@ class Adoptable:
 
 
 def adoptable(names: list[str] | None = None) -> list[Adoptable]:
-    """Every tracked periodic task (those named by job name, code or periodic task name, when given)."""
-    rows = (CronJob.objects.filter(task__startswith=tracked.ALIAS, periodic_task__isnull=False)
+    """Every tracked periodic task on a crontab or an interval (those named by job name, code or periodic
+    task name, when given). A clocked or solar one has no declaration: a job in code runs on a crontab or
+    an interval (a clocked run is a one-off: ``run_cron_task NAME --at ... --schedule``)."""
+    on_a_schedule = Q(periodic_task__crontab__isnull=False) | Q(periodic_task__interval__isnull=False)
+    rows = (CronJob.objects.filter(on_a_schedule, task__startswith=tracked.ALIAS, periodic_task__isnull=False)
             .select_related("periodic_task__crontab", "periodic_task__interval").order_by("name"))
     found = []
     for row in rows:

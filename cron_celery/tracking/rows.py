@@ -37,12 +37,14 @@ def default_timezone() -> str:
 
 
 def candidates(declared_codes: frozenset[str] = frozenset()) -> list[tracked.Candidate]:
-    """The periodic tasks the setting tracks: a crontab or an interval, and no cron job's. One whose job's
-    code a job declared in code now takes (``adopt_periodic_tasks``) is that job's from now on."""
+    """The periodic tasks the setting tracks, of every schedule type, and no cron job's: a crontab or an
+    interval gets its slots computed ahead; a clocked or solar one is recorded as it fires (``fires``).
+    One whose job's code a job declared in code now takes (``adopt_periodic_tasks``) is that job's
+    from now on."""
     choose = selection.chooser()
     found = []
     mine = Q(cron_job__isnull=True) | Q(cron_job__task__startswith=tracked.ALIAS)
-    tasks = PeriodicTask.objects.filter(mine).filter(Q(crontab__isnull=False) | Q(interval__isnull=False))
+    tasks = PeriodicTask.objects.filter(mine)
     if choose is None:  # only those a person chose in the admin
         tasks = tasks.filter(cron_tracking__track=True)
     for task in tasks.select_related("crontab", "cron_tracking").order_by("id"):

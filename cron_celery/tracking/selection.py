@@ -7,8 +7,7 @@ setting, a person's yes or no for one periodic task in the admin (``TrackedPerio
 catch-up policy there over ``TRACKED_CATCH_UP``.
 
 Never tracked, whatever the setting: a cron job's own periodic task; a task of cron_celery's own
-or of a job declared in code; a clocked or solar schedule (their slots cannot be computed ahead:
-they stay sent untracked, once per due time, see ``beat.plain_tasks``).
+or of a job declared in code. A clocked or solar schedule is tracked as it fires (``fires``).
 """
 
 from __future__ import annotations

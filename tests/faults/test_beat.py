@@ -177,12 +177,14 @@ def test_the_standby_takes_over_when_the_leader_is_killed_and_no_slot_is_lost(tm
     assert CronExecution.objects.filter(task_name="tick-1s", trigger=Trigger.CATCH_UP).exists()
 
 
-def test_a_killed_leader_leaves_no_plain_periodic_task_for_the_standby_to_send_again(tmp_path, marker):
+@pytest.mark.parametrize("track", [[], ["plain clocked"]], ids=["untracked", "clocked-tracked"])
+def test_a_killed_leader_leaves_no_plain_periodic_task_for_the_standby_to_send_again(tmp_path, marker, track):
     """Untracked periodic tasks are sent once per due time across a takeover. Made before the beats
     start: a primer, due at once (Celery writes the last runs after a beat's first send, and not again
     for three minutes), then an interval, a crontab and a clocked one-off, due together at a minute at
     least 20 s away and not again before the test ends. The leader sends each one and is SIGKILLed; the
-    standby holds the copy it read at its start and must not send them again."""
+    standby holds the copy it read at its start and must not send them again. Tracked, the clocked
+    one-off is recorded as it fires (``tracking.fires``): one execution, its slot the clocked time."""
     now = timezone.now()
     due = (now + dt.timedelta(seconds=80)).replace(second=0, microsecond=0)  # a minute 20 to 80 s away
     every_30s, _ = IntervalSchedule.objects.get_or_create(every=30, period=IntervalSchedule.SECONDS)
@@ -202,12 +204,18 @@ def test_a_killed_leader_leaves_no_plain_periodic_task_for_the_standby_to_send_a
                  timeout=150, what="the primer and the three plain periodic tasks")
 
     logs, leaders, _stopped = run_two_beats(tmp_path, marker, seconds=10, kill_leader_after=2, at_lead=sent_all,
-                                            CRON_TEST_BEAT_LEASE_SECONDS="3")
+                                            CRON_TEST_BEAT_LEASE_SECONDS="3", CRON_TEST_TRACK=json.dumps(track))
     assert leaders == 2, logs  # the first leader sent each one, then the standby took over
     sent = Counter(line.split()[1] for line in marked(marker) if line.startswith("plain-mark "))
     assert sent == {"primer": 1, "interval": 1, "crontab": 1, "clocked": 1}, logs
     senders = [{label for label in plain if f"Sending due task plain {label} " in log} for log in logs]
     assert sorted(senders, key=len) == [set(), set(plain)], senders  # the killed leader sent them all
+    fired = list(CronExecution.objects.filter(task_name="plain-clocked"))
+    if track:
+        assert [(row.slot, row.status, row.params) for row in fired] == [
+            (due, Status.SUCCEEDED, {"args": ["clocked"], "kwargs": {}})], logs
+    else:
+        assert not fired
 
 
 def test_a_beat_down_for_several_slots_catches_up_by_each_jobs_policy(tmp_path, marker):

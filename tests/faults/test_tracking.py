@@ -5,11 +5,15 @@ untracked, as before."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import time
 from collections import Counter
 
+import ephem
 import pytest
-from django_celery_beat.models import IntervalSchedule, PeriodicTask
+from django.utils import timezone
+from django_celery_beat.models import IntervalSchedule, PeriodicTask, SolarSchedule
 
 from cron_celery.models import CronExecution, CronJob, Status, Trigger
 from cron_celery.run import tasks
@@ -110,3 +114,45 @@ def test_tracked_plain_tasks_run_once_per_slot_with_failures_and_their_own_retri
     assert slow and {(row.status, row.error_code) for row in slow} == {(Status.TIMED_OUT, "TIME_LIMIT")}, [
         (row.status, row.error_code, row.message) for row in slow]
 
+
+
+def noon_longitude(at: dt.datetime) -> float:
+    """The longitude on the equator whose solar noon (the sun's transit, as Celery's solar schedule reads
+    it with ephem) falls at ``at``."""
+    def transit(longitude: float) -> dt.datetime:
+        observer = ephem.Observer()
+        observer.lat, observer.lon = "0", str(longitude)
+        observer.date = (at - dt.timedelta(hours=1)).replace(tzinfo=None)
+        found: dt.datetime = observer.next_transit(ephem.Sun()).datetime()
+        return found.replace(tzinfo=dt.UTC)
+
+    hours = at.hour + at.minute / 60 + at.second / 3600
+    longitude = (12 - hours) * 15
+    for _ in range(6):
+        longitude = (longitude + (transit(longitude) - at).total_seconds() * 15 / 3600 + 180) % 360 - 180
+    assert abs((transit(longitude) - at).total_seconds()) < 1
+    return round(longitude, 6)
+
+
+def test_a_tracked_solar_periodic_task_is_recorded_as_it_fires(tmp_path, marker):
+    """A solar schedule's slots cannot be computed ahead: django-celery-beat's scheduler says when it is
+    due, and the beat sends it as a run of its tracked job (``tracking.fires``). A solar noon 40 s away,
+    found on the equator: one execution, recorded and run once, its slot the second it fired."""
+    noon = timezone.now().replace(microsecond=0) + dt.timedelta(seconds=40)
+    sun = SolarSchedule.objects.create(event="solar_noon", latitude=0, longitude=noon_longitude(noon))
+    PeriodicTask.objects.create(name="at noon", task=f"{TASKS}.plain_mark", args='["noon"]', solar=sun)
+    with cluster(tmp_path, marker, CRON_CELERY_BEAT_ALWAYS_LEAD="1", CRON_TEST_TRACK='["at noon"]') as env:
+        beat = start_beat(tmp_path, env, 0)
+        try:
+            wait_for(lambda: CronExecution.objects.filter(task_name="at-noon", completed=True).exists(), timeout=120,
+                     what="the solar noon's run")
+            time.sleep(3)  # a second send would be here by now
+        finally:
+            stop(beat)
+    fired = list(CronExecution.objects.filter(task_name="at-noon"))
+    assert [(row.status, row.trigger, row.params) for row in fired] == [
+        (Status.SUCCEEDED, Trigger.BEAT, {"args": ["noon"], "kwargs": {}})]
+    assert noon - dt.timedelta(seconds=1) <= fired[0].slot <= noon + dt.timedelta(seconds=3), (fired[0].slot, noon)
+    assert [line.split()[1] for line in marked(marker) if line.startswith("plain-mark ")] == ["noon"]
+    job = CronJob.objects.get(name="at-noon")
+    assert (job.schedule, job.next_run_at, job.schedule_problem) == ("", None, "")
