@@ -7,18 +7,19 @@ import datetime as dt
 import io
 
 import pytest
+from celery import Celery
 from django.core.management import CommandError, call_command
 from django.test import override_settings
 from django.urls import reverse
 from django.utils import timezone
 from django_celery_beat.models import ClockedSchedule, CrontabSchedule, IntervalSchedule, PeriodicTask
 
-from cron_celery import schedules
+from cron_celery import reconciler, schedules
 from cron_celery.beat import Scheduler, schedule_sync
 from cron_celery.decisions import dispatch, tracked
 from cron_celery.declaring import registry
-from cron_celery.models import CronExecution, CronJob, TrackedPeriodicTask
-from cron_celery.tracking import adoption, rows
+from cron_celery.models import CronExecution, CronJob, Status, TrackedPeriodicTask, Trigger
+from cron_celery.tracking import adoption, fires, rows
 from tests.admin_forms import submit
 from tests.celery_app import app
 from tests.settings import CRON_CELERY
@@ -227,3 +228,40 @@ def test_a_persons_choice_in_the_admin_tracks_or_leaves_out_one_task_over_the_se
     assert own is not None
     page = admin_client.get(reverse("admin:django_celery_beat_periodictask_change", args=[own.id]))
     assert page.status_code == 200 and b"cron_tracking-0-track" not in page.content
+
+
+def test_a_fire_the_broker_refuses_stays_pending_and_the_reconciler_sends_it(queue):
+    """A tracked clocked task fired while the broker is down: its execution is recorded with its Celery
+    task id and stays PENDING (nothing closed, nothing lost); the reconciler decides it by the task's
+    catch-up policy, as a cron job's stranded slot: with ``latest`` (set in the admin) it sends it once
+    the broker answers, under that id, as the periodic task's own task; with ``none`` it records it
+    MISSED (NOT_DELIVERED), alerted."""
+    at = timezone.now().replace(microsecond=0) + dt.timedelta(minutes=1)
+    task = PeriodicTask.objects.create(name="fired", task=MARK, args='["x"]', one_off=True,
+                                       clocked=ClockedSchedule.objects.create(clocked_time=at))
+    TrackedPeriodicTask.objects.create(periodic_task=task, catch_up="latest")
+    dropped = PeriodicTask.objects.create(name="dropped", task=MARK, one_off=True,
+                                          clocked=ClockedSchedule.objects.create(clocked_time=at))
+    with tracking(["fired", "dropped"]):
+        schedule_sync.sync(timezone.now())
+        broken = Celery("broker-down", broker="redis://127.0.0.1:1/0", set_as_current=False)
+        try:
+            recorded = fires.send(broken, PeriodicTask.objects.get(pk=task.pk))
+            assert fires.send(broken, dropped) is not None
+        finally:
+            broken.close()
+        assert recorded is not None
+        row = CronExecution.objects.get(task_name="fired")
+        assert (row.id, row.slot, row.status, row.trigger, row.celery_task_id) == (
+            recorded.execution_id, at, Status.PENDING, Trigger.BEAT, recorded.celery_task_id)
+        assert queue.headers() == []
+        CronExecution.objects.update(created_at=timezone.now() - dt.timedelta(hours=1))
+        passed = reconciler.run_pass()
+        assert (passed.resent, passed.missed) == (1, 1)
+        sent = queue.headers()
+        assert [(m["id"], m["task"], m["cron_execution_id"]) for m in sent] == [(row.celery_task_id, MARK, row.id)]
+        missed = CronExecution.objects.get(task_name="dropped")
+        assert (missed.status, missed.error_code) == (Status.MISSED, "NOT_DELIVERED")
+    untracked = PeriodicTask.objects.create(name="not tracked", task=MARK, one_off=True,
+                                            clocked=ClockedSchedule.objects.create(clocked_time=at))
+    assert fires.send(app, untracked) is None  # django-celery-beat sends it as before

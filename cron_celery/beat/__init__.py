@@ -277,7 +277,7 @@ class Scheduler(DatabaseScheduler):  # type: ignore[misc]
         (``tracking.fires``), any other as ``DatabaseScheduler`` sends it."""
         if fires.fires(entry.model):
             entry = self.reserve(entry) if advance else entry
-            sent = fires.send(entry.model)
+            sent = fires.send(self.app, entry.model)
             if sent is not None:
                 return sent
         return super().apply_async(entry, producer=producer, advance=False, **kwargs)

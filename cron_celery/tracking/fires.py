@@ -23,11 +23,12 @@ import datetime as dt
 import logging
 from typing import Any
 
+import celery
 from django.db.models import Q
 from django.utils import timezone
 
 from cron_celery import enums, exceptions
-from cron_celery.decisions import tracked
+from cron_celery.decisions import dispatch, jobs, tracked
 from cron_celery.declaring import registry
 from cron_celery.run import tasks
 
@@ -50,10 +51,11 @@ def slot_of(periodic_task: Any) -> dt.datetime:
     return timezone.now().replace(microsecond=0)
 
 
-def send(periodic_task: Any) -> tasks.Sent | None:
+def send(app: celery.Celery, periodic_task: Any) -> dispatch.ToPublish | None:
     """Send this fire of a tracked periodic task as a run of its job (see the module doc); None when the
-    periodic task is not tracked (``DatabaseScheduler`` sends it as it always has). Raises what
-    ``tasks.send_run`` raises when the message cannot be sent (its execution is closed FAILED)."""
+    periodic task is not tracked (``DatabaseScheduler`` sends it as it always has). Its execution is
+    recorded first, with its Celery task id: a message the broker refuses leaves it PENDING, and the
+    reconciler sends it after ``PENDING_GRACE``, as any slot recorded and not sent."""
     code = tracked.linked_code(periodic_task.pk)
     if code is None:
         return None
@@ -61,7 +63,15 @@ def send(periodic_task: Any) -> tasks.Sent | None:
     if job is None:
         raise exceptions.UnknownJob(name=code, known="(its tracked job row could not be read)")
     slot = slot_of(periodic_task)
-    sent = tasks.send_run(job, slot, enums.Trigger.BEAT)
+    recorded = dispatch.enqueue_many(job=job, job_id=jobs.job_id(job), slots=[slot], trigger=enums.Trigger.BEAT)[0]
+    try:
+        tasks.send(app, job.task_name, execution_id=recorded.execution_id, slot=slot, trigger=recorded.trigger,
+                   celery_task_id=recorded.celery_task_id)
+    except Exception as error:
+        logger.warning("cron_celery beat: periodic task %r fired, but its message could not be sent (%s: %s); "
+                       "execution %d stays PENDING for the reconciler to send", periodic_task.name,
+                       type(error).__name__, error, recorded.execution_id)
+        return recorded
     logger.info("cron_celery beat: periodic task %r fired: slot %s of %s sent (execution %d)", periodic_task.name,
-                slot.isoformat(), code, sent.execution_id)
-    return sent
+                slot.isoformat(), code, recorded.execution_id)
+    return recorded
