@@ -80,6 +80,8 @@ CELERY_DB_REUSE_MAX = 1000
 CELERY_TASK_ROUTES = {"tests.jobsapp.jobs_routing.routed_by_settings": {
     "queue": f"{CELERY_TASK_DEFAULT_QUEUE}-q-routed", "priority": 3}}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+if os.environ.get("CRON_TEST_ACKS_LATE"):  # fault tests: every task acknowledged late, or early
+    CELERY_TASK_ACKS_LATE = os.environ["CRON_TEST_ACKS_LATE"] == "1"
 if os.environ.get("CRON_TEST_VISIBILITY_TIMEOUT"):  # fault tests: redeliver unacked messages soon
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": float(os.environ["CRON_TEST_VISIBILITY_TIMEOUT"]),
                                        "unacked_restore_interval": 1, "unacked_restore_throttle": 1}

@@ -63,6 +63,13 @@ def countdown(job: registry.Job, retries_done: int) -> float:
     return random.uniform(0, wait) if job.retry_jitter and job.retry_backoff is not False else wait
 
 
+def cause(error: BaseException) -> BaseException:
+    """What an attempt failed with: for a tracked task's own ``self.retry(exc=...)`` (Celery's ``Retry``),
+    the exception it retries for, else ``error`` itself."""
+    found = getattr(error, "exc", None) if isinstance(error, Retry) else None
+    return found if isinstance(found, BaseException) else error
+
+
 def asked_for(error: BaseException | None) -> float | None:
     """A tracked periodic task's own retry (``self.retry()``, ``autoretry_for``: Celery raised
     ``Retry`` once its next message was sent): seconds until that attempt is due; None otherwise."""

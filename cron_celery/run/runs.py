@@ -365,7 +365,7 @@ def _call(attempt: _Attempt, call: Callable[[Run], Any]) -> _Called:
                 leases.untrack(claim.execution_id)
     except BaseException as exc:  # recorded, then re-raised by the caller
         error = exc
-        status, message, code, trace = describe_exception(exc)
+        status, message, code, trace = describe_exception(retries.cause(exc))
         stored = None
     else:
         status, message, code, stored = interpret_plain(value) if job.tracked else interpret(value)

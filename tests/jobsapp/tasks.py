@@ -154,6 +154,22 @@ def plain_sleep(label: str, seconds: float) -> None:
     time.sleep(seconds)
 
 
+@shared_task(name="tests.jobsapp.tasks.plain_nap")
+def plain_nap(label: str, seconds: float) -> str:
+    """A plain task that marks its start, sleeps, and marks its end."""
+    _plain_line(f"plain-nap {label} start")
+    time.sleep(seconds)
+    _plain_line(f"plain-nap {label} end")
+    return f"{label} rested"
+
+
+@shared_task(name="tests.jobsapp.tasks.plain_commit_then_die")
+def plain_commit_then_die(label: str) -> str:
+    """A plain task that succeeds; a task_postrun hook then kills the worker before it acknowledges."""
+    _plain_line(f"plain-commit-then-die {label}")
+    return "ok"
+
+
 def _ticker(name: str, code: str, seconds: int, **options: object) -> None:
     """A job that marks each run, every ``seconds``, named ``name`` (task ``tests.jobsapp.tasks.<name>``)."""
 
@@ -256,7 +272,8 @@ def commit_then_die(run: Run) -> str:
 
 @task_postrun.connect
 def _die_after_commit(sender: object = None, **kwargs: object) -> None:
-    if getattr(sender, "name", "") == commit_then_die.name and os.environ.get("CRON_TEST_DIE_AFTER_COMMIT"):
+    dying = (commit_then_die.name, "tests.jobsapp.tasks.plain_commit_then_die")
+    if getattr(sender, "name", "") in dying and os.environ.get("CRON_TEST_DIE_AFTER_COMMIT"):
         os.killpg(os.getpgid(0), 9)  # the whole worker: the outcome is committed, the ack never sent
 
 
