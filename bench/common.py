@@ -129,6 +129,26 @@ def clean_tracked_tables() -> None:
     if job is None:
         raise BenchError("the job bench.tracked_noop is not declared (bench/tasks.py)")
     jobs.ensure_job(job)
+    tracked_plain_code()
+
+
+#: The periodic task of ``bench.noop`` that variant (v) of ``overhead.py`` runs as a tracked one.
+TRACKED_PLAIN = "bench tracked plain noop"
+
+
+def tracked_plain_code() -> str:
+    """The job code of the benchmark's tracked periodic task (``bench.noop``, disabled: no beat sends
+    it): the periodic task made once, its job row linked as ``TRACK_PERIODIC_TASKS`` links it."""
+    from django_celery_beat.models import IntervalSchedule, PeriodicTask
+
+    from cron_celery.decisions import tracked
+
+    every_hour, _ = IntervalSchedule.objects.get_or_create(every=3600, period=IntervalSchedule.SECONDS)
+    task, _ = PeriodicTask.objects.get_or_create(name=TRACKED_PLAIN, defaults={
+        "task": "bench.noop", "interval": every_hour, "enabled": False})
+    tracked.link([tracked.Candidate(periodic_task_id=task.id, name=task.name, task=task.task, timezone="UTC")],
+                 source="bench")
+    return tracked.code_for(task.id)
 
 
 def count_rows(table: str, status: str) -> int:

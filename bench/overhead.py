@@ -1,24 +1,27 @@
 """What tracking a run costs: no-op tasks per second through one real prefork worker.
 
-Four variants of the same no-op body (one Redis ``INCR``, see ``bench/tasks.py``):
+Five variants of the same no-op body (one Redis ``INCR``, see ``bench/tasks.py``):
 
   (i)   a bare Celery task, no result backend;
   (ii)  the same task with django-celery-results storing a row per task (``django-db``);
   (iii) a ``cron_task`` job (pattern "always", overlap "allow"), one slot per message,
         recorded as a ``CronExecution`` row; no result backend;
   (iv)  a celery-once task (``base=QueueOnce``, Redis backend): each message takes a Redis
-        lock when it is published and the worker deletes it after the task; no result backend.
+        lock when it is published and the worker deletes it after the task; no result backend;
+  (v)   the bare task (i) as a tracked periodic task (``TRACK_PERIODIC_TASKS``): each message
+        carries the headers the beat puts on a tracked task's message, and the worker's wrapper
+        claims its slot before the body and records it as a ``CronExecution`` row.
 
 For each variant and repeat a fresh ``celery worker --pool prefork --concurrency 2`` is
 started on a warm-up queue; once it answers a ping and has run a few warm-up messages,
 N messages are published to a second queue (the queue is pre-filled) and the worker is
 told to consume it (``add_consumer``). The clock starts when the first of the N has
 finished (the task writes that time to Redis) and stops when the last one is done: the
-Redis counter reached N for (i), and the result rows (ii) or succeeded executions (iii)
+Redis counter reached N for (i), and the result rows (ii) or succeeded executions (iii), (v)
 in PostgreSQL reached N, and for (iv) the counter reached N and none of the N locks is left.
 Throughput is (N - 1) / elapsed. The variants are interleaved (i, ii, iii, iv, i, ii...)
-and the medians of the repeats are reported, with the ratios (iii)/(i), (iii)/(ii) and
-(iii)/(iv).
+and the medians of the repeats are reported, with the ratios (iii)/(i), (iii)/(ii),
+(iii)/(iv), (v)/(i) and (v)/(ii).
 
 It also counts, in this process, the SQL statements and transactions of 100 tracked runs
 (the task called directly) and of 100 django-db result writes, and times one WAL flush on this
@@ -304,6 +307,7 @@ def main(argv: list[str] | None = None) -> int:
         "settings": header, "statements": statements, "runs": details, "fsync": fsync, "profile": profiled,
         "medians": summary["medians"], "ratio_iii_i": ratios.get("bare"), "ratio_iii_ii": ratios.get("results"),
         "ratio_iii_iv": ratios.get("once"), "ratio_iii_ii_commit_off": ratios.get("results-commit-off"),
+        "ratio_v_i": ratios.get("plain-bare"), "ratio_v_ii": ratios.get("plain-results"),
         "gap_us": summary["gap_us"],
     }, args.json)
     return 0

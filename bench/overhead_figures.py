@@ -37,9 +37,10 @@ def parse_pg_test_fsync(text: str) -> dict[str, dict[str, float | None]]:
     return {"usecs_per_op": found}
 
 
-#: The ratios a tracked run is judged by: (iii) or (iii*) over each peer, when both ran.
-RATIO_PAIRS = (("tracked", "bare"), ("tracked", "results"), ("tracked", "once"),
-               ("tracked-commit-off", "results-commit-off"))
+#: The ratios a tracked run is judged by, keyed: (iii), (iii*) or (v) over a peer, when both ran.
+RATIO_PAIRS = {"bare": ("tracked", "bare"), "results": ("tracked", "results"), "once": ("tracked", "once"),
+               "results-commit-off": ("tracked-commit-off", "results-commit-off"),
+               "plain-bare": ("plain-tracked", "bare"), "plain-results": ("plain-tracked", "results")}
 
 
 def summarise(rates: dict[str, list[float]], concurrency: int) -> dict[str, Any]:
@@ -50,10 +51,10 @@ def summarise(rates: dict[str, list[float]], concurrency: int) -> dict[str, Any]
     medians = {key: statistics.median(values) for key, values in rates.items() if values}
     ratios: dict[str, float] = {}
     per_repeat: dict[str, list[float]] = {}
-    for ours, peer in RATIO_PAIRS:
+    for key, (ours, peer) in RATIO_PAIRS.items():
         if medians.get(ours) and medians.get(peer):
-            ratios[peer] = medians[ours] / medians[peer]
-            per_repeat[peer] = [a / b for a, b in zip(rates[ours], rates[peer], strict=False)]
+            ratios[key] = medians[ours] / medians[peer]
+            per_repeat[key] = [a / b for a, b in zip(rates[ours], rates[peer], strict=False)]
 
     def gap(ours: str, peer: str) -> float | None:
         if not (medians.get(ours) and medians.get(peer)):
@@ -67,7 +68,7 @@ def summarise(rates: dict[str, list[float]], concurrency: int) -> dict[str, Any]
 def summary_lines(summary: dict[str, Any], fsync: dict[str, Any] | None) -> list[str]:
     """The ratios, ratios first, then the gaps against one fsync, as the script prints them."""
     names = {"bare": "(iii)/(i)  ", "results": "(iii)/(ii) ", "once": "(iii)/(iv) ",
-             "results-commit-off": "(iii*)/(ii*)"}
+             "results-commit-off": "(iii*)/(ii*)", "plain-bare": "(v)/(i)    ", "plain-results": "(v)/(ii)   "}
     lines = []
     for peer, name in names.items():
         if peer in summary["ratios"]:

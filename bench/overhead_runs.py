@@ -19,7 +19,7 @@ from typing import Any
 import redis
 
 from bench import flame
-from bench.common import ROOT, BenchError, clean_tracked_tables, count_rows, log
+from bench.common import ROOT, BenchError, clean_tracked_tables, count_rows, log, tracked_plain_code
 from bench.overhead_database import status_counts
 from bench.overhead_variants import PREFIX, SLOT_BASE, VARIANTS, WARMUP_BASE, Variant
 from bench.overhead_worker import PROFILE_RATE, Worker, queue_keys, start_profiler, stop_profiler
@@ -62,15 +62,19 @@ def publish(app: Any, variant: Variant, queue: str, count: int, base: dt.datetim
     """Publish ``count`` messages; returns the celery-once lock keys they took (if any)."""
     task = app.tasks[variant.task]
     lock_keys = []
+    code = tracked_plain_code() if variant.tracked_plain else ""
     with app.producer_or_acquire() as producer:
         for i in range(count):
             kwargs = {}
+            slot = (base + dt.timedelta(minutes=i)).isoformat()
             if variant.task in ("bench.tracked_noop", "bench.once_noop"):
-                kwargs["slot"] = (base + dt.timedelta(minutes=i)).isoformat()
+                kwargs["slot"] = slot
             if variant.once:  # the queue's name carries the run's tag into the lock's key
                 kwargs["tag"] = queue
                 lock_keys.append(task.get_key((), kwargs))
-            task.apply_async(kwargs=kwargs, queue=queue, producer=producer)
+            # (v): the headers a tracked periodic task's message carries; its worker claims the slot.
+            headers = {"cron_job": code, "cron_slot": slot, "cron_trigger": "BEAT"} if code else None
+            task.apply_async(kwargs=kwargs, queue=queue, producer=producer, headers=headers)
     return lock_keys
 
 

@@ -33,6 +33,7 @@ class Variant:
     reuse: bool = True  # False: the worker runs without CELERY_DB_REUSE_MAX
     once: bool = False  # celery-once: done when the counter is complete and no lock is left
     commit: str = ""  # "off": the worker's connections run with synchronous_commit = off
+    tracked_plain: bool = False  # a plain task's message as the beat sends a tracked periodic task's
 
 
 VARIANTS = (
@@ -42,6 +43,8 @@ VARIANTS = (
     Variant("tracked", "(iii) cron_task (tracked)", "bench.tracked_noop", "",
             "cron_celery_cronexecution", "SUCCEEDED"),
     Variant("once", "(iv)  celery-once QueueOnce", "bench.once_noop", "", once=True),
+    Variant("plain-tracked", "(v)   plain task, tracked", "bench.noop", "", "cron_celery_cronexecution", "SUCCEEDED",
+            tracked_plain=True),
 )
 #: With ``--also-without-reuse``: (ii) and (iii) again, without CELERY_DB_REUSE_MAX.
 NO_REUSE_VARIANTS = (
@@ -73,7 +76,7 @@ def parse_variants(text: str) -> tuple[str, ...]:
 
 
 def chosen_variants(only: tuple[str, ...] | None, *, without_reuse: bool, commit_off: bool) -> tuple[Variant, ...]:
-    """The variants to time, in turn: the four, then the extra ones asked for; ``only`` (the keys of
+    """The variants to time, in turn: the five, then the extra ones asked for; ``only`` (the keys of
     ``--variants``), when given, picks from all of them instead."""
     variants = VARIANTS + (NO_REUSE_VARIANTS if without_reuse else ()) + (COMMIT_OFF_VARIANTS if commit_off else ())
     if only:

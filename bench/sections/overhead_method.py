@@ -1,4 +1,4 @@
-"""The method part of the overhead section: what each of the four variants runs and keeps, and how
+"""The method part of the overhead section: what each of the five variants runs and keeps, and how
 a run is timed. Fixed prose and one table; only the worker's concurrency and warm-up come from the
 results."""
 
@@ -10,9 +10,9 @@ from bench.figures import table
 
 
 def overhead_method(settings: dict[str, Any]) -> list[str]:
-    """What the four variants run and keep, and how each run is timed."""
+    """What the five variants run and keep, and how each run is timed."""
     return [
-        "`bench/overhead.py` sends one no-op task body through a real worker in four ways and counts",
+        "`bench/overhead.py` sends one no-op task body through a real worker in five ways and counts",
         "tasks per second:",
         "",
         *table(["variant", "what runs", "what it keeps per task"], [
@@ -24,6 +24,8 @@ def overhead_method(settings: dict[str, Any]) -> list[str]:
             ["(iv) celery-once", "a `@shared_task(base=QueueOnce)` with celery-once's Redis backend, no result "
              "backend", "a Redis lock per message: taken when it is published, deleted by the worker when the "
              "task returns"],
+            ["(v) a plain task, tracked", "the task of (i), its messages sent as the beat sends a periodic task "
+             "that `TRACK_PERIODIC_TASKS` tracks", "one `CronExecution` row, as (iii)"],
         ]),
         "",
         "The body (`bench/tasks.py`) is one Redis `INCR` on a counter of the run. The counter is how",
