@@ -8,6 +8,14 @@ from celery import Celery
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
 
+if os.environ.get("CRON_TEST_SENTRY_DSN"):  # fault tests: Sentry's own Celery integration, beat monitors on
+    import sentry_sdk
+    from sentry_sdk.integrations.celery import CeleryIntegration
+
+    sentry_sdk.init(dsn=os.environ["CRON_TEST_SENTRY_DSN"], default_integrations=False,
+                    auto_enabling_integrations=False, integrations=[CeleryIntegration(monitor_beat_tasks=True)],
+                    _experiments={"transport_compression_level": 0})
+
 app = Celery("cron_celery_tests")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()

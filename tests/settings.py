@@ -109,6 +109,8 @@ CRON_CELERY = {
 }
 if os.environ.get("CRON_TEST_TRACK"):  # tracked periodic tasks: true, or a JSON list of names
     CRON_CELERY["TRACK_PERIODIC_TASKS"] = json.loads(os.environ["CRON_TEST_TRACK"])
+if os.environ.get("CRON_TEST_SENTRY_DSN"):  # fault tests: check-ins go to the test's own Sentry endpoint
+    CRON_CELERY["NOTIFICATIONS"] = {"on_failure": ["sentry"]}
 if os.environ.get("CRON_TEST_WEBHOOK_URL"):  # fault tests: alerts go to the test's own HTTP server
     CRON_CELERY["NOTIFICATIONS"] = {"on_failure": ["webhook"], "on_recovery": ["webhook"],
                                     "webhook": {"url": os.environ["CRON_TEST_WEBHOOK_URL"], "secret": "fault"}}

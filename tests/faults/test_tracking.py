@@ -21,6 +21,7 @@ from tests.celery_app import app
 from tests.conftest import marked, wait_for
 from tests.faults.test_beat import cluster, start_beat, stop
 from tests.jobsapp.tasks import plain_mark
+from tests.servers import HttpServer, envelope_items
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 TASKS = "tests.jobsapp.tasks"
@@ -156,3 +157,41 @@ def test_a_tracked_solar_periodic_task_is_recorded_as_it_fires(tmp_path, marker)
     assert [line.split()[1] for line in marked(marker) if line.startswith("plain-mark ")] == ["noon"]
     job = CronJob.objects.get(name="at-noon")
     assert (job.schedule, job.next_run_at, job.schedule_problem) == ("", None, "")
+
+
+def test_sentrys_own_beat_monitors_never_watch_a_tracked_periodic_task(tmp_path, marker):
+    """Sentry's ``CeleryIntegration(monitor_beat_tasks=True)`` on in the beat and the worker, and the
+    "sentry" channel on for cron_celery: a tracked periodic task has one monitor, cron_celery's (the
+    job's name, its check-ins sent by the worker), never also the integration's (the periodic task's
+    name, opened by the beat); the periodic task left untracked is still the integration's."""
+    sentry = HttpServer().start()
+    every_minute = every(60)
+    PeriodicTask.objects.create(name="sentry tracked", task=f"{TASKS}.plain_mark", args='["tracked"]',
+                                interval=every_minute)
+    PeriodicTask.objects.create(name="sentry plain", task=f"{TASKS}.plain_mark", args='["plain"]',
+                                interval=every_minute, last_run_at=timezone.now() - dt.timedelta(minutes=2))
+
+    def check_ins() -> list[tuple[str, str]]:
+        found = []
+        for request in sentry.received("/api/1/envelope/"):
+            found += [(payload["monitor_slug"], payload["status"]) for header, payload in envelope_items(request)
+                      if header.get("type") == "check_in"]
+        return found
+
+    try:
+        with cluster(tmp_path, marker, CRON_CELERY_BEAT_ALWAYS_LEAD="1", CRON_TEST_TRACK='["sentry tracked"]',
+                     CRON_TEST_SENTRY_DSN=f"http://public@127.0.0.1:{sentry.port}/1") as env:
+            beat = start_beat(tmp_path, env, 0)
+            try:
+                wait_for(lambda: {("sentry-tracked", "ok"), ("sentry plain", "ok")} <= set(check_ins()),
+                         timeout=150, what="both periodic tasks' closing check-ins")
+            finally:
+                stop(beat)
+    finally:
+        sentry.stop()
+    seen = Counter(check_ins())
+    # The test app's cron jobs check in too (tick-1s...): only these two periodic tasks' monitors are looked at.
+    assert {slug for slug, _ in seen if slug.startswith("sentry")} == {"sentry-tracked", "sentry plain"}, seen
+    ran = CronExecution.objects.filter(task_name="sentry-tracked", status=Status.SUCCEEDED).count()
+    assert seen[("sentry-tracked", "in_progress")] == seen[("sentry-tracked", "ok")] == ran >= 1, (seen, ran)
+    assert not CronExecution.objects.filter(task_name="sentry-plain").exists()
