@@ -18,4 +18,10 @@ if os.environ.get("CRON_TEST_SENTRY_DSN"):  # fault tests: Sentry's own Celery i
 
 app = Celery("cron_celery_tests")
 app.config_from_object("django.conf:settings", namespace="CELERY")
+if os.environ.get("CRON_TEST_BEAT_SCHEDULE"):  # fault tests: beat_schedule entries, {name: [task, seconds, args]}
+    import json
+
+    entries = json.loads(os.environ["CRON_TEST_BEAT_SCHEDULE"])
+    app.conf.beat_schedule = {name: {"task": task, "schedule": float(seconds), "args": args}
+                              for name, (task, seconds, args) in entries.items()}
 app.autodiscover_tasks()

@@ -41,6 +41,7 @@ INSTALLED_APPS = [
     "django_celery_beat",
     "cron_celery",
     "tests.jobsapp",
+    "tests.otherapp",  # an app of someone else's: plain tasks, tracked as periodic tasks
 ]
 if os.environ.get("CRON_TEST_MIGRATION_EXAMPLE"):  # tests/test_migration_rules.py's child processes only
     INSTALLED_APPS.append("tests.migration_example")
