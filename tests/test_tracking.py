@@ -9,6 +9,7 @@ import io
 import pytest
 from celery import Celery
 from django.core.management import CommandError, call_command
+from django.db import transaction
 from django.test import override_settings
 from django.urls import reverse
 from django.utils import timezone
@@ -16,9 +17,9 @@ from django_celery_beat.models import ClockedSchedule, CrontabSchedule, Interval
 
 from cron_celery import reconciler, schedules
 from cron_celery.beat import Scheduler, schedule_sync
-from cron_celery.decisions import dispatch, tracked
+from cron_celery.decisions import audit, dispatch, tracked
 from cron_celery.declaring import registry
-from cron_celery.models import CronExecution, CronJob, Status, TrackedPeriodicTask, Trigger
+from cron_celery.models import CronExecution, CronJob, ScheduleChange, Status, TrackedPeriodicTask, Trigger
 from cron_celery.tracking import adoption, fires, rows
 from tests.admin_forms import submit
 from tests.celery_app import app
@@ -265,3 +266,29 @@ def test_a_fire_the_broker_refuses_stays_pending_and_the_reconciler_sends_it(que
     untracked = PeriodicTask.objects.create(name="not tracked", task=MARK, one_off=True,
                                             clocked=ClockedSchedule.objects.create(clocked_time=at))
     assert fires.send(app, untracked) is None  # django-celery-beat sends it as before
+
+
+def test_a_tracked_tasks_edits_and_its_tracking_in_and_out_are_in_the_audit_log():
+    """A person's edit of a tracked periodic task is recorded on its job's audit log with who made it,
+    as a cron job's is; taken out of tracking and back, the beat's unlinking and linking again are
+    recorded too, by their source."""
+    task = PeriodicTask.objects.create(name="audited one", task=MARK, interval=every(30))
+    with tracking(True):
+        schedule_sync.sync(timezone.now())
+    job = CronJob.objects.get(periodic_task=task)
+    with transaction.atomic():
+        audit.set_author(source=audit.ADMIN_FORM, actor="ann")
+        task.interval = every(60)
+        task.save()
+    edit = ScheduleChange.objects.filter(job=job).latest("id")
+    assert (edit.source, edit.actor, edit.changes) == (
+        audit.ADMIN_FORM, "ann", {"schedule": ["every 30s", "every 60s"]})
+    with tracking(False):
+        rows.sync(source=audit.BEAT_TRACKING)
+    out = ScheduleChange.objects.filter(job=job).latest("id")
+    assert out.source == audit.BEAT_TRACKING and out.changes["declared"] == [True, False]
+    assert out.changes["periodic_task"] == ["audited one", None]
+    with tracking(True):
+        rows.sync(source=audit.BEAT_TRACKING)
+    back = ScheduleChange.objects.filter(job=job).latest("id")
+    assert back.changes["declared"] == [False, True] and back.changes["periodic_task"] == [None, "audited one"]
