@@ -67,10 +67,10 @@ def install(app: celery.Celery) -> tuple[int, list[str]]:
             continue
         try:
             wrap(task)
-        except Exception as error:  # loud: its tracked messages would run untracked
-            logger.error("cron_celery: the task %s cannot be wrapped (%s: %s); a periodic task of it that is "
-                         "tracked fails on this worker instead of running untracked", name, type(error).__name__,
-                         error)
+        except Exception as error:  # loud: its tracked messages would run here without a claim
+            logger.error("cron_celery: the task %s cannot be wrapped (%s: %s): a tracked periodic task of it runs "
+                         "on this worker without its slot claimed or recorded; leave it out of TRACK_PERIODIC_TASKS "
+                         "or give it a run method", name, type(error).__name__, error)
             refused.append(name)
             continue
         wrapped += 1
@@ -97,12 +97,24 @@ def wrap(task: celery.Task) -> None:  # type: ignore[type-arg]
         return original_retry(*args, **options)
 
     setattr(run, WRAPPED, True)
-    task.run = run  # type: ignore[method-assign]
-    task.retry = retry  # type: ignore[method-assign]
+    try:
+        task.run = run  # type: ignore[method-assign]
+        task.retry = retry  # type: ignore[method-assign]
+    except (AttributeError, TypeError):  # a class that will not take them on the instance (a read-only property)
+        _subclassed(task, run, retry)
     task.__trace__ = None  # a tracer built already called the old run: build it again
     if task.Request in CELERY_REQUEST:  # a request class of the task's own is left alone
         # The parent records a child the hard time limit killed, or that died, at once (``run.parent``).
         task.Request = CRON_REQUEST
+
+
+def _subclassed(task: celery.Task, run: Any, retry: Any) -> None:  # type: ignore[type-arg]
+    """Give ``task`` a class of its own, a subclass of its class whose ``run`` and ``retry`` are the
+    wrapped ones (with no slots of its own, so that the instance's layout is the same)."""
+    cls: Any = type(task)
+    task.__class__ = type(cls.__name__, (cls,), {
+        "__slots__": (), "__module__": cls.__module__, "__qualname__": cls.__qualname__,
+        "run": staticmethod(run), "retry": staticmethod(retry)})
 
 
 def run_tracked(task: celery.Task, code: str, body: Any, args: tuple[Any, ...],  # type: ignore[type-arg]
