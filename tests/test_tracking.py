@@ -126,6 +126,7 @@ def test_arguments_that_do_not_read_are_that_tasks_problem_and_every_other_task_
     bad = PeriodicTask.objects.create(name="bad args", task=MARK, args="not json", interval=every(30))
     wrong = PeriodicTask.objects.create(name="kwargs a list", task=MARK, kwargs="[1]", interval=every(30))
     good = PeriodicTask.objects.create(name="good", task=MARK, args='["ok"]', interval=every(30))
+    typo = PeriodicTask.objects.create(name="typo", task="tests.jobsapp.tasks.no_such_task", interval=every(30))
     with tracking(True):
         schedule_sync.sync(now)
     rows = {row.periodic_task_id: row for row in CronJob.objects.filter(task__startswith=tracked.ALIAS)}
@@ -133,6 +134,15 @@ def test_arguments_that_do_not_read_are_that_tasks_problem_and_every_other_task_
     assert rows[bad.id].schedule_problem.startswith("args: not JSON"), rows[bad.id].schedule_problem
     assert rows[wrong.id].paused and "kwargs: a JSON object is needed" in rows[wrong.id].schedule_problem
     assert not rows[good.id].paused and rows[good.id].next_run_at is not None and not rows[good.id].schedule_problem
+    # A task no worker knows: said and alerted, not held (a deploy may register it before its next slot).
+    assert not rows[typo.id].paused and rows[typo.id].next_run_at is not None
+    assert rows[typo.id].schedule_problem == ("its task 'tests.jobsapp.tasks.no_such_task' is not registered with "
+                                              "the Celery app (a typo, or an app that is not installed?): every "
+                                              "worker drops its messages")
+    PeriodicTask.objects.filter(id=typo.id).update(task=MARK)  # the task's module deployed since, say
+    with tracking(True):
+        schedule_sync.sync(now)  # a beat's start: what it said is read again
+    assert not CronJob.objects.get(periodic_task=typo).schedule_problem
 
 
 def test_a_periodic_task_of_a_cron_job_or_of_cron_celery_itself_is_never_tracked():

@@ -31,7 +31,7 @@ from cron_celery import exceptions, models, schedules, slots
 from cron_celery.beat import schedule_problems
 from cron_celery.decisions import audit, dependencies, edit_writes, executions, jobs, removals, tracked
 from cron_celery.declaring import registry
-from cron_celery.tracking import rows
+from cron_celery.tracking import rows, selection
 
 logger = logging.getLogger(__name__)
 
@@ -140,6 +140,7 @@ def sync(now: dt.datetime | None = None, *, source: str = audit.DEPLOY_SYNC) -> 
     if stale or fresh or report.disabled:
         PeriodicTasks.update_changed()  # bulk writes send no signals: tell django-celery-beat
     recheck_params()
+    tracked.read_again_with_problems()  # a task registered since (a deploy) clears its problem
     # Jobs no longer scheduled by anyone never fall due.
     models.CronJob.objects.filter(periodic_task__isnull=True).exclude(code__in=list(declared)).exclude(
         next_run_at=None).update(next_run_at=None)
@@ -251,7 +252,7 @@ def apply_edits(now: dt.datetime | None = None, limit: int = 1000) -> int:
                    c.timezone, i.every, i.period, job.name, job.timezone, job.code, job.schedule_problem,
                    task.start_time, task.expires, coalesce(task.one_off, false), job.active_from, job.active_until,
                    task.kwargs, job.params, job.jitter_ms, job.task, task.args,
-                   (task.id IS NOT NULL AND task.crontab_id IS NULL AND task.interval_id IS NULL)
+                   (task.id IS NOT NULL AND task.crontab_id IS NULL AND task.interval_id IS NULL), task.task
             FROM {JOB} AS job
             LEFT JOIN {TASK} AS task ON task.id = job.periodic_task_id
             LEFT JOIN {CRONTAB} AS c ON c.id = task.crontab_id
@@ -299,21 +300,23 @@ def _taken_in(row: tuple[Any, ...], readings: dict[tuple[object, object], schedu
     """One edited job's row as its edit leaves it, and its problem if that is new."""
     (job_id, version, stored, stored_tz, next_run_at, enabled, minute, hour, dom, moy, dow, tz,
      every, period, name, job_tz, code, known_problem, opens, closes, one_off, opened, closed,
-     kwargs, stored_params, jitter_ms, job_task, args, fired) = row
+     kwargs, stored_params, jitter_ms, job_task, args, fired, periodic_name) = row
     schedule_text, schedule_tz, problem = stored, stored_tz, ""
     move, next_at, paused = False, next_run_at, None  # paused None: leave the flag as it is
     found = None
     # The kwargs are the values of the job's scheduled runs: checked here, or refused for this job
     # alone (it keeps the values it had; with none that can run it, it is paused until fixed).
-    new_params, refused, runnable = executions.loaded(stored_params), "", True
+    new_params, refused, runnable, unknown = executions.loaded(stored_params), "", True, ""
     if enabled is not None and tracked.code_of(job_task) is not None:  # a tracked periodic task: its arguments
         new_params, refused, runnable = tracked.read_message(args, kwargs, executions.loaded(stored_params))
+        unknown = selection.unregistered(str(periodic_name))
     elif enabled is not None:
         new_params, refused, runnable = schedule_problems.read_kwargs(code, kwargs, executions.loaded(stored_params))
     if fired and tracked.code_of(job_task) is not None:  # recorded as it fires (tracking.fires): no slot ahead
-        return _fired(row, new_params, refused), (schedule_problems.Problem(
-            code=code, name=name, problem=refused, kept="keeping its previous arguments")
-            if refused and refused != known_problem else None)
+        said = "; ".join(filter(None, [refused, unknown]))
+        kept = "keeping its previous arguments" if refused else "sent as it fires"
+        return _fired(row, new_params, said), (schedule_problems.Problem(code=code, name=name, problem=said, kept=kept)
+                                               if said and said != known_problem else None)
     window_edited = enabled is not None and (opens, closes) != (opened, closed)
     if window_edited:
         logger.info("cron job %s: active window %s to %s", name, _iso_or_none(opens), _iso_or_none(closes))
@@ -346,12 +349,15 @@ def _taken_in(row: tuple[Any, ...], readings: dict[tuple[object, object], schedu
             problem = f"{problem}; {refused}" if problem else refused
             if not runnable:
                 move, next_at = True, None
+        if unknown:  # said, not held: a task registered later (a deploy) runs the next slot
+            problem = f"{problem}; {unknown}" if problem else unknown
         if not enabled:
             move, next_at = True, None
         paused = not enabled or (bool(problem) and next_at is None)
         if problem:
             keeping = [f"keeping {stored!r}"] if schedule_refused else []
             keeping += ["keeping its previous parameters"] if refused else []
+            keeping += ["sent as scheduled"] if unknown else []
             kept = "disabled" if not enabled else "paused" if next_at is None else ", ".join(keeping)
             logger.error("cron job %s: its periodic task's schedule cannot drive it (%s); %s until it is fixed",
                          name, problem, kept)

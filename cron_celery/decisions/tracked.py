@@ -135,6 +135,15 @@ def linked_code(periodic_task_id: int) -> str | None:
     return None if row is None else str(row[0])
 
 
+def read_again_with_problems() -> int:
+    """Mark every linked tracked row with a problem for the next ``apply_edits`` to read again (at a beat's
+    start and a sync): what it said may no longer hold (its task registered by a deploy since)."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"UPDATE {JOB} AS job SET schedule_version = schedule_version + 1 WHERE {IS_TRACKED}"
+                       " AND job.periodic_task_id IS NOT NULL AND job.schedule_problem <> ''")
+        return int(cursor.rowcount)
+
+
 def any_rows() -> bool:
     """Whether a tracked periodic task's job row exists, linked or not."""
     with connection.cursor() as cursor:

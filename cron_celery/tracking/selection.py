@@ -16,6 +16,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from celery import current_app
 from django.core.exceptions import ObjectDoesNotExist
 from django.utils.module_loading import import_string
 
@@ -97,3 +98,23 @@ def catch_up(task: Any) -> str:
     """The catch-up policy of a tracked ``task``: the admin's for it, else ``TRACKED_CATCH_UP``."""
     choice = _choice(task)
     return str(choice.catch_up) if choice is not None and choice.catch_up else str(conf.settings.TRACKED_CATCH_UP)
+
+
+_modules_imported = False
+
+
+def unregistered(task_name: str) -> str:
+    """Why a tracked periodic task's messages cannot run, in words: its task is not one the project's
+    Celery app knows (a typo, an app not installed), so every worker drops them. '' when it is known,
+    or when this process has no app of the project's to ask (Celery's default app)."""
+    global _modules_imported
+    app = current_app
+    if getattr(app, "main", None) in (None, "default"):
+        return ""
+    if not _modules_imported:  # the tasks modules a worker imports at its start (autodiscovery too)
+        app.loader.import_default_modules()
+        _modules_imported = True
+    if task_name in app.tasks:
+        return ""
+    return (f"its task {task_name!r} is not registered with the Celery app (a typo, or an app that is not "
+            "installed?): every worker drops its messages")
