@@ -63,15 +63,44 @@ def _declared_code(code: str) -> registry.Job | None:
         return None
 
 
-class TrackingInline(admin.StackedInline):  # type: ignore[type-arg]
+class TrackingChoice(forms.NullBooleanSelect):
+    """Yes, no, or (empty) as the setting says, in those words."""
+
+    def __init__(self, attrs: Any = None) -> None:
+        super().__init__(attrs)
+        self.choices = [("unknown", "As TRACK_PERIODIC_TASKS says"), ("true", "Yes"), ("false", "No")]
+
+
+class TrackingForm(forms.ModelForm):  # type: ignore[type-arg]
+    class Meta:
+        model = models.TrackedPeriodicTask
+        fields = ("track", "catch_up")
+        widgets = {"track": TrackingChoice}
+
+
+class TrackingInline(admin.TabularInline):  # type: ignore[type-arg]
     """On a periodic task's page: whether cron_celery tracks it as a job (over ``TRACK_PERIODIC_TASKS``),
-    and its catch-up policy. Not shown for a cron job's own periodic task, which is always its job's."""
+    its catch-up policy, and what holds now. Not shown for a cron job's own periodic task, which is
+    always its job's."""
 
     model = models.TrackedPeriodicTask
+    form = TrackingForm
     extra = 1
     max_num = 1
     can_delete = False
-    fields = ("track", "catch_up")
+    fields = ("track", "catch_up", "now")
+    readonly_fields = ("now",)
+
+    @admin.display(description="now")
+    def now(self, choice: models.TrackedPeriodicTask) -> SafeString | str:
+        """The job that tracks the periodic task, linked; or that none does (the beat links or unlinks
+        one at its next tick after a save)."""
+        job = models.CronJob.objects.filter(periodic_task_id=choice.periodic_task_id,
+                                            task__startswith=tracked.ALIAS).first()
+        if job is None:
+            return "not tracked: sent by django-celery-beat's own logic, with no record"
+        return format_html('tracked as the job <a href="{}">{}</a> ({})',
+                           reverse("admin:cron_celery_cronjob_change", args=[job.pk]), job.name, job.code)
 
 
 class OffersTracking:
