@@ -302,3 +302,19 @@ def test_a_tracked_tasks_edits_and_its_tracking_in_and_out_are_in_the_audit_log(
         rows.sync(source=audit.BEAT_TRACKING)
     back = ScheduleChange.objects.filter(job=job).latest("id")
     assert back.changes["declared"] == [False, True] and back.changes["periodic_task"] == [None, "audited one"]
+
+
+def test_a_person_asks_for_a_slot_of_a_tracked_task_as_for_any_jobs(queue):
+    """``run_cron_task NAME --enqueue`` (and the admin's Run, the run endpoint: the same path) sends a run
+    of a tracked task's slot: its execution recorded, its message the periodic task's own task and
+    arguments with the slot's headers."""
+    task = PeriodicTask.objects.create(name="on demand", task=MARK, args='["asked"]', interval=every(3600))
+    with tracking(True):
+        schedule_sync.sync(timezone.now())
+    call_command("run_cron_task", "on-demand", "--at", "2026-12-01T10:00", "--enqueue", stdout=io.StringIO())
+    (row,) = CronExecution.objects.filter(job__periodic_task=task)
+    assert (row.status, row.trigger, row.slot.isoformat()) == (Status.PENDING, Trigger.ENQUEUE,
+                                                              "2026-12-01T10:00:00+00:00")
+    (message,) = queue.headers()
+    assert (message["task"], message["cron_job"], message["cron_execution_id"]) == (MARK, f"PT{task.id}", row.id)
+    assert message["argsrepr"] == "['asked']"
