@@ -166,6 +166,11 @@ def _reset(*, setting: str, **kwargs: Any) -> None:
         _cached = None
 
 
+def default_timezone() -> str:
+    """The timezone of a job that names none: ``DEFAULT_TIMEZONE``, else Django's ``TIME_ZONE``, else UTC."""
+    return str(settings.DEFAULT_TIMEZONE or getattr(django_settings, "TIME_ZONE", None) or "UTC")
+
+
 def celery_db_reuse_max() -> int | None:
     """Celery's ``CELERY_DB_REUSE_MAX``: how many tasks a worker reuses a DB connection for."""
     value = getattr(django_settings, "CELERY_DB_REUSE_MAX", None)

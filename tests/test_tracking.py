@@ -7,7 +7,7 @@ import datetime as dt
 import io
 
 import pytest
-from celery import Celery
+from celery import Celery, signals
 from django.core.management import CommandError, call_command
 from django.db import transaction
 from django.test import override_settings
@@ -20,7 +20,8 @@ from cron_celery.beat import Scheduler, schedule_sync
 from cron_celery.decisions import audit, dispatch, tracked
 from cron_celery.declaring import registry
 from cron_celery.models import CronExecution, CronJob, ScheduleChange, Status, TrackedPeriodicTask, Trigger
-from cron_celery.tracking import adoption, fires, rows
+from cron_celery.run import runs
+from cron_celery.tracking import adoption, fires, rows, selection
 from tests.admin_forms import submit
 from tests.celery_app import app
 from tests.settings import CRON_CELERY
@@ -63,6 +64,7 @@ def test_each_tracked_periodic_task_gets_a_job_row_linked_to_it_with_its_schedul
         assert job.tracked and job.name == "weekly-digest" and job.task_name == first.task
         assert registry.get("weekly-digest") == job
         sent = tracked.contents(f"PT{by_interval.id}")
+        assert sent.headers == {"periodic_task_name": "Weekly digest!"}  # as django-celery-beat sends it
         assert (sent.task, sent.args, sent.kwargs, sent.options) == (MARK, ["a"], {}, {"queue": "reports",
                                                                                       "priority": 3})
         assert not CronJob.objects.filter(periodic_task=untracked).exists()
@@ -318,3 +320,72 @@ def test_a_person_asks_for_a_slot_of_a_tracked_task_as_for_any_jobs(queue):
     (message,) = queue.headers()
     assert (message["task"], message["cron_job"], message["cron_execution_id"]) == (MARK, f"PT{task.id}", row.id)
     assert message["argsrepr"] == "['asked']"
+
+
+def test_a_clocked_one_off_runs_past_its_disabling_and_again_when_enabled_again(queue):
+    """django-celery-beat disables a one-off once it fired, and the database pauses its job at once:
+    the fire's run still runs (it goes past the pause; it was skipped PAUSED before). Enabled again in
+    the admin, it fires its clocked time again: a run of that slot again, not ALREADY_RAN. Neither fire
+    is counted on the periodic task by cron_celery (django-celery-beat counts its own fires)."""
+    at = timezone.now().replace(microsecond=0) + dt.timedelta(minutes=5)
+    task = PeriodicTask.objects.create(name="once", task=MARK, args='["x"]', one_off=True,
+                                       clocked=ClockedSchedule.objects.create(clocked_time=at))
+    with tracking(True):
+        schedule_sync.sync(timezone.now())
+    job = registry.get(f"PT{task.id}")
+    ran: list[int] = []
+
+    def run_fire() -> runs.Outcome:
+        recorded = fires.send(app, PeriodicTask.objects.get(pk=task.pk))
+        assert recorded is not None
+        return runs.execute(job, at, lambda run: ran.append(run.execution_id), trigger=Trigger.BEAT,
+                            execution_id=recorded.execution_id)
+
+    PeriodicTask.objects.filter(pk=task.pk).update(total_run_count=1)  # django-celery-beat's reserve
+    first_sent = fires.send(app, PeriodicTask.objects.get(pk=task.pk))
+    assert first_sent is not None
+    PeriodicTask.objects.filter(pk=task.pk).update(enabled=False, total_run_count=0)  # its next look at it
+    assert CronJob.objects.get(periodic_task=task).paused  # the database's trigger
+    first = runs.execute(job, at, lambda run: ran.append(run.execution_id), trigger=Trigger.BEAT,
+                         execution_id=first_sent.execution_id)
+    assert first.status == Status.SUCCEEDED, first
+    PeriodicTask.objects.filter(pk=task.pk).update(enabled=True)  # a person enables it again
+    second = run_fire()
+    assert second.status == Status.SUCCEEDED, second
+    assert ran == [first_sent.execution_id, second.execution_id]
+    assert [row.run_number for row in CronExecution.objects.filter(job__periodic_task=task).order_by("id")] == [1, 2]
+    dispatch.count_sent({CronJob.objects.get(periodic_task=task).id: 2})
+    assert PeriodicTask.objects.get(pk=task.pk).total_run_count == 0  # django-celery-beat's own count, untouched
+
+
+def test_an_edit_of_a_tracked_tasks_args_alone_reaches_its_runs():
+    """Only ``args`` changed (the trigger did not fire on it before migration 0003: the runs were called
+    with the old arguments while the message carried the new ones)."""
+    task = PeriodicTask.objects.create(name="args only", task=MARK, args='["old"]', interval=every(30))
+    with tracking(True):
+        schedule_sync.sync(timezone.now())
+        PeriodicTask.objects.filter(pk=task.pk).update(args='["new"]')
+        schedule_sync.apply_edits(timezone.now())
+    assert CronJob.objects.get(periodic_task=task).params == {"args": ["new"], "kwargs": {}}
+
+
+def test_a_task_module_that_cannot_be_imported_checks_no_task_and_stops_none():
+    """The beat checks each tracked task's name against the Celery app's tasks; when the app's task modules
+    cannot all be imported in the beat's process (a worker-only dependency), it checks none and says so
+    once, instead of refusing every tracked task's edit."""
+    task = PeriodicTask.objects.create(name="checked", task=MARK, interval=every(30))
+    def broken(**_: object) -> None:  # a tasks module that fails to import here, found by autodiscovery
+        raise ImportError("No module named 'a_worker_only_dependency'")
+
+    kept = dict(selection._imports)
+    signals.import_modules.connect(broken, weak=False)
+    selection._imports.update(done=False, failed=False)
+    try:
+        with tracking(True):
+            schedule_sync.sync(timezone.now())
+        assert selection.unregistered("tests.jobsapp.tasks.no_such_task") == ""
+    finally:
+        signals.import_modules.disconnect(broken)
+        selection._imports.update(kept)
+    job = CronJob.objects.get(periodic_task=task)
+    assert job.next_run_at is not None and not job.schedule_problem

@@ -338,7 +338,7 @@ def _taken_in(row: tuple[Any, ...], readings: dict[tuple[object, object], schedu
                 if stored and changed:  # an edit, not a job's first schedule
                     logger.info("cron job %s: schedule %s; next slot %s", name, effective,
                                 slots.iso(next_at) if next_at else "-")
-            if known_problem and not refused:
+            if known_problem and not refused and not unknown:
                 logger.warning("cron job %s: its schedule can drive it again (%s)", name, effective)
         else:
             problem = reading.problem

@@ -56,11 +56,12 @@ def enqueue(
 
 
 def enqueue_many(*, job: registry.Job, job_id: int, slots: list[dt.datetime], trigger: str,
-                 forced: bool = False, cascade: bool = False) -> list[ToPublish]:
+                 forced: bool = False, cascade: bool = False, force: bool = False) -> list[ToPublish]:
     """Insert a PENDING execution for each slot (the slot's next run number), each with a Celery
     task id chosen here, in one statement under the job's lock; they are to be published by
     whoever asked (a backfill). Rows that are never published are the reconciler's: it sends a
-    PENDING execution again once ``PENDING_GRACE`` has passed."""
+    PENDING execution again once ``PENDING_GRACE`` has passed. ``force``: each also runs past a
+    pause (as ``enqueue``'s)."""
     if not slots:
         return []
     task_ids = [str(uuid.uuid4()) for _ in slots]
@@ -84,6 +85,8 @@ def enqueue_many(*, job: registry.Job, job_id: int, slots: list[dt.datetime], tr
              "slots": slots, "dates": dates, "ids": task_ids, "cascade": cascade},
         )
         rows = cursor.fetchall()
+        if force:
+            cursor.execute(f"UPDATE {EXE} SET force = true WHERE id = ANY(%s)", [[row[0] for row in rows]])
     return sorted((ToPublish(execution_id=int(row[0]), job_id=job_id, slot=row[1], trigger=trigger,
                              celery_task_id=str(row[2])) for row in rows), key=lambda item: item.slot)
 
@@ -336,6 +339,8 @@ def count_sent(sent: dict[int, int]) -> None:
                   FROM unnest(%s::bigint[], %s::int[]) AS c(job_id, sent) JOIN {JOB} AS job ON job.id = c.job_id
                   WHERE job.periodic_task_id IS NOT NULL GROUP BY 1 ORDER BY 1) AS n
             WHERE task.id = n.periodic_task_id
+              -- a clocked or solar one is django-celery-beat's to count (a tracked one fires by it)
+              AND (task.crontab_id IS NOT NULL OR task.interval_id IS NOT NULL)
             """,
             [list(sent), list(sent.values())],
         )

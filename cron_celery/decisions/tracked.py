@@ -232,14 +232,14 @@ def contents(code: str) -> Contents:
     with connection.cursor() as cursor:
         cursor.execute(
             f"""SELECT task.task, task.args, task.kwargs, task.queue, task.exchange, task.routing_key, task.priority,
-                       task.headers, task.expire_seconds, task.expires
+                       task.headers, task.expire_seconds, task.expires, task.name
                   FROM {JOB} AS job JOIN {TASK} AS task ON task.id = job.periodic_task_id
                  WHERE job.code = %s""",
             [code])
         row = cursor.fetchone()
     if row is None:
         raise exceptions.UnknownJob(name=code, known="(its periodic task is gone or no longer tracked)")
-    task_name, args, kwargs, *routing, headers, expire_seconds, expires = row
+    task_name, args, kwargs, *routing, headers, expire_seconds, expires, periodic_name = row
     message, problem, _ = read_message(args, kwargs, None)
     if message is None:
         raise exceptions.InvalidParams(problem, job=code, field="args")
@@ -252,8 +252,10 @@ def contents(code: str) -> Contents:
         extra = storable.loads(headers or "{}")
     except ValueError:
         extra = {}
+    # As django-celery-beat's scheduler sends it: the periodic task's name in the headers (django-celery-results
+    # keeps it on its result row), then the periodic task's own headers.
     found = Contents(task=str(task_name), args=list(message["args"]), kwargs=dict(message["kwargs"]), options=options,
-                     headers=extra if isinstance(extra, dict) else {})
+                     headers={"periodic_task_name": str(periodic_name), **(extra if isinstance(extra, dict) else {})})
     with _contents_lock:
         _contents[code] = (now, found)
     return found

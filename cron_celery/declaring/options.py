@@ -12,8 +12,6 @@ import re
 import zoneinfo
 from typing import TypeVar
 
-from django.conf import settings as django_settings
-
 from cron_celery import conf, enums, exceptions, schedules
 
 #: A job's name: a lower-case slug; a code: letters, digits, '.', '-' or '_'.
@@ -48,7 +46,7 @@ def read_identity(name: object, code: object, timezone: str | None) -> str:
         raise exceptions.ImproperlyDeclared(
             "the code must be 1-50 letters, digits, '.', '-' or '_', e.g. 'A001'.", job=name
         )
-    tz = timezone or conf.settings.DEFAULT_TIMEZONE or django_settings.TIME_ZONE or "UTC"
+    tz = timezone or conf.default_timezone()
     try:
         zoneinfo.ZoneInfo(tz)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError) as exc:

@@ -63,7 +63,12 @@ def send(app: celery.Celery, periodic_task: Any) -> dispatch.ToPublish | None:
     if job is None:
         raise exceptions.UnknownJob(name=code, known="(its tracked job row could not be read)")
     slot = slot_of(periodic_task)
-    recorded = dispatch.enqueue_many(job=job, job_id=jobs.job_id(job), slots=[slot], trigger=enums.Trigger.BEAT)[0]
+    clocked = periodic_task.clocked_id is not None
+    # A clocked one fires at one slot, its clocked time: a second fire of it (enabled again in the admin)
+    # is a run of that slot again. A one-off is disabled by django-celery-beat once it fired, which
+    # pauses its job: its run goes past that pause.
+    recorded = dispatch.enqueue_many(job=job, job_id=jobs.job_id(job), slots=[slot], trigger=enums.Trigger.BEAT,
+                                     forced=clocked, force=bool(periodic_task.one_off))[0]
     try:
         tasks.send(app, job.task_name, execution_id=recorded.execution_id, slot=slot, trigger=recorded.trigger,
                    celery_task_id=recorded.celery_task_id)

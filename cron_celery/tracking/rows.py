@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 
-from django.conf import settings as django_settings
 from django.db.models import Q
 from django.db.models.signals import post_delete, post_save
 from django_celery_beat.models import PeriodicTask, PeriodicTasks
@@ -33,7 +32,7 @@ class Report:
 
 
 def default_timezone() -> str:
-    return str(conf.settings.DEFAULT_TIMEZONE or django_settings.TIME_ZONE or "UTC")
+    return conf.default_timezone()
 
 
 def candidates(declared_codes: frozenset[str] = frozenset()) -> list[tracked.Candidate]:

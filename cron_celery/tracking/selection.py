@@ -100,21 +100,26 @@ def catch_up(task: Any) -> str:
     return str(choice.catch_up) if choice is not None and choice.catch_up else str(conf.settings.TRACKED_CATCH_UP)
 
 
-_modules_imported = False
+#: Whether this process imported the Celery app's task modules ("done"), and whether that failed.
+_imports = {"done": False, "failed": False}
 
 
 def unregistered(task_name: str) -> str:
     """Why a tracked periodic task's messages cannot run, in words: its task is not one the project's
     Celery app knows (a typo, an app not installed), so every worker drops them. '' when it is known,
     or when this process has no app of the project's to ask (Celery's default app)."""
-    global _modules_imported
     app = current_app
     if getattr(app, "main", None) in (None, "default"):
         return ""
-    if not _modules_imported:  # the tasks modules a worker imports at its start (autodiscovery too)
-        app.loader.import_default_modules()
-        _modules_imported = True
-    if task_name in app.tasks:
+    if not _imports["done"]:  # the tasks modules a worker imports at its start (autodiscovery too)
+        _imports["done"] = True
+        try:
+            app.loader.import_default_modules()
+        except Exception:  # a module this process cannot import (a worker-only dependency): not this task's fault
+            logger.exception("cron_celery: the Celery app's task modules could not all be imported here; tracked "
+                             "periodic tasks are not checked against its registered tasks in this process")
+            _imports["failed"] = True
+    if _imports["failed"] or task_name in app.tasks:
         return ""
     return (f"its task {task_name!r} is not registered with the Celery app (a typo, or an app that is not "
             "installed?): every worker drops its messages")
