@@ -27,6 +27,7 @@ from cron_celery.run import tasks
 from tests.celery_app import app
 from tests.conftest import marked, wait_for
 from tests.faults.test_retries import broker, started  # noqa: F401  (fixtures)
+from tests.faults.test_revoke import control
 from tests.redis_servers import RedisServer
 from tests.settings import CRON_CELERY
 from tests.workers import Worker
@@ -55,8 +56,9 @@ def send_slot(job: registry.Job, *, connection: Any = None) -> int:
     execution_id, _ = dispatch.enqueue(job=job, job_id=job_rows.job_id(job), slot=SLOT, execution_date=SLOT.date(),
                                        trigger=Trigger.BEAT)
     contents = tracked.contents(job.code)
-    app.send_task(contents.task, args=contents.args, kwargs=contents.kwargs, connection=connection,
-                  headers={**tasks.headers(execution_id, SLOT, Trigger.BEAT), tasks.HEADER_JOB: job.code})
+    sent = app.send_task(contents.task, args=contents.args, kwargs=contents.kwargs, connection=connection,
+                         headers={**tasks.headers(execution_id, SLOT, Trigger.BEAT), tasks.HEADER_JOB: job.code})
+    dispatch.set_celery_task_id(execution_id, sent.id)
     return execution_id
 
 
@@ -142,3 +144,20 @@ def test_a_tracked_slot_whose_worker_is_killed_mid_body_is_recorded_lost_by_the_
     assert (row.status, row.completed) == (Status.LOST, True), (row.status, row.message, row.attempts)
     assert bodies(marker, "plain-nap ") == {"plain-nap n start": 1}
     assert CronExecution.objects.count() == 1
+
+
+def test_a_tracked_run_revoked_with_terminate_is_recorded_revoked_at_once(started, broker: RedisServer,  # noqa: F811
+                                                                          marker):
+    """``celery control terminate`` on a tracked task's run: the worker's parent records it REVOKED
+    before the child is signalled, as for a cron job's run; the body never runs again."""
+    started()
+    job = tracked_job("long nap", "plain_nap", ["long", 60])
+    with app.connection_for_write(broker.url) as connection:
+        execution_id = send_slot(job, connection=connection)
+    wait_for(lambda: bodies(marker, "plain-nap ") == {"plain-nap long start": 1}, timeout=60, what="the body")
+    task_id = CronExecution.objects.get(id=execution_id).celery_task_id
+    control(broker, "terminate", "SIGTERM", task_id)
+    wait_for(lambda: CronExecution.objects.get(id=execution_id).completed, timeout=30, what="the revoked run to end")
+    row = CronExecution.objects.get(id=execution_id)
+    assert (row.status, row.error_code) == (Status.REVOKED, "REVOKED"), (row.status, row.message)
+    assert bodies(marker, "plain-nap ") == {"plain-nap long start": 1}
