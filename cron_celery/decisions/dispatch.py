@@ -18,13 +18,15 @@ from django.db import connection, transaction
 from django_celery_beat.models import PeriodicTask
 
 from cron_celery import enums
-from cron_celery.decisions import audit, executions, oneoffs
+from cron_celery.decisions import executions, one_off_lasts, oneoffs
 from cron_celery.declaring import registry
 
 S = enums.Status
 JOB = executions.JOB
 EXE = executions.EXE
 PERIODIC_TASK = PeriodicTask._meta.db_table
+#: A row ``dispatch_many`` inserts: (job, slot, execution date, status, trigger, Celery task id, due at).
+SlotRow = tuple[int, dt.datetime, dt.date, str, str, str, dt.datetime]
 
 
 def enqueue(
@@ -178,31 +180,12 @@ def dispatch_many(
     """
     if not decisions:
         return set(), [], 0
-    slot_rows: list[tuple[int, dt.datetime, dt.date, str, str, str, dt.datetime]] = []
-    for decision in decisions:
-        # Several slots at once are a catch-up, the newest included: each waits for the job's live
-        # run (a buffered trigger) instead of meeting it and being skipped.
-        catching_up = decision.catching_up or len(decision.run) > 1
-        offset = dt.timedelta(milliseconds=decision.jitter_ms)
-        for slot in decision.run:
-            slot_rows.append((decision.job_id, slot, slot.astimezone(decision.tz).date(), S.PENDING,
-                              enums.Trigger.CATCH_UP if catching_up else trigger, str(uuid.uuid4()), slot + offset))
-        for slot in decision.missed:
-            slot_rows.append((decision.job_id, slot, slot.astimezone(decision.tz).date(), S.MISSED, trigger, "",
-                              slot + offset))
+    slot_rows = _slot_rows(decisions, trigger)
     columns: list[list[Any]] = [list(column) for column in zip(*slot_rows, strict=True)] or [[] for _ in range(7)]
     lasts = [d.job_id for d in decisions if d.last]
     with transaction.atomic() if lasts else contextlib.nullcontext(), connection.cursor() as cursor:
         if lasts:
-            # The periodic tasks first, as an admin's save locks them, then the job rows; a sync locks
-            # them the other way round, so this round gives way rather than wait: past COUNT_LOCK_WAIT
-            # it fails whole (nothing written, nothing sent) and the next tick plans it again.
-            cursor.execute(f"SET LOCAL lock_timeout = '{COUNT_LOCK_WAIT}'")
-            audit.set_author(source=audit.BEAT_ONE_OFF, cursor=cursor)  # the disable below, in the audit log
-            cursor.execute(
-                f"SELECT job.id FROM {PERIODIC_TASK} AS task JOIN {JOB} AS job ON job.periodic_task_id = task.id"
-                " WHERE job.id = ANY(%s) AND task.one_off ORDER BY task.id FOR UPDATE OF task", [lasts])
-            lasts = [int(row[0]) for row in cursor.fetchall()]  # still one_off now that they are held
+            lasts = one_off_lasts.hold(cursor, lasts, lock_wait=COUNT_LOCK_WAIT)
         cursor.execute(
             f"""
             WITH decided AS (
@@ -233,13 +216,31 @@ def dispatch_many(
         advanced = {int(row[1]) for row in rows if row[0] == "job"}
         rows += _insert_after_holders(cursor, slot_rows, advanced,
                                       {(row[2], row[3]) for row in rows if row[0] == "exe"})
-        if lasts:  # one_off, as django-celery-beat has it: sent once, then disabled (its trigger pauses the job),
-            ended = [job_id for job_id in lasts if job_id in advanced]  # so that last slot runs past the pause
-            cursor.execute(f"UPDATE {EXE} SET force = true WHERE id = ANY(%s)",
-                           [[row[1] for row in rows if row[0] == "exe" and row[2] in ended]])
-            cursor.execute(
-                f"UPDATE {PERIODIC_TASK} AS task SET enabled = false FROM {JOB} AS job"
-                " WHERE job.id = ANY(%s) AND task.id = job.periodic_task_id AND task.enabled", [ended])
+        if lasts:
+            one_off_lasts.end(cursor, [job_id for job_id in lasts if job_id in advanced], rows)
+    publish, missed = _to_publish(rows)
+    return advanced, publish, missed
+
+
+def _slot_rows(decisions: list[Decision], trigger: str) -> list[SlotRow]:
+    """The rows ``dispatch_many`` inserts for ``decisions``."""
+    found: list[SlotRow] = []
+    for decision in decisions:
+        # Several slots at once are a catch-up, the newest included: each waits for the job's live
+        # run (a buffered trigger) instead of meeting it and being skipped.
+        catching_up = decision.catching_up or len(decision.run) > 1
+        offset = dt.timedelta(milliseconds=decision.jitter_ms)
+        for slot in decision.run:
+            found.append((decision.job_id, slot, slot.astimezone(decision.tz).date(), S.PENDING,
+                          enums.Trigger.CATCH_UP if catching_up else trigger, str(uuid.uuid4()), slot + offset))
+        for slot in decision.missed:
+            found.append((decision.job_id, slot, slot.astimezone(decision.tz).date(), S.MISSED, trigger, "",
+                          slot + offset))
+    return found
+
+
+def _to_publish(rows: list[tuple[Any, ...]]) -> tuple[list[ToPublish], int]:
+    """The executions inserted PENDING, to publish in slot order, and how many were inserted MISSED."""
     publish: list[ToPublish] = []
     missed = 0
     for kind, execution_id, job_id, slot, state, celery_task_id in rows:
@@ -252,7 +253,7 @@ def dispatch_many(
         publish.append(ToPublish(execution_id=int(execution_id), job_id=int(job_id), slot=slot,
                                  trigger=row_trigger, celery_task_id=celery_task_id))
     publish.sort(key=lambda item: (item.slot, item.job_id))
-    return advanced, publish, missed
+    return publish, missed
 
 
 def _insert_slots(source: str, alias: str) -> str:
@@ -282,7 +283,7 @@ def _insert_slots(source: str, alias: str) -> str:
 _HOLDER_TRIES = 3
 
 
-def _insert_after_holders(cursor: Any, slot_rows: list[tuple[int, dt.datetime, dt.date, str, str, str, dt.datetime]],
+def _insert_after_holders(cursor: Any, slot_rows: list[SlotRow],
                           advanced: set[int], inserted: set[tuple[int, dt.datetime]]) -> list[Any]:
     """The slots of jobs this round advanced that got no row: a one-off run or a run with parameters
     committed at that slot while the round's statement waited for the job's row, after its snapshot,
