@@ -31,10 +31,6 @@ class Report:
     unlinked: list[str] = dataclasses.field(default_factory=list)
 
 
-def default_timezone() -> str:
-    return conf.default_timezone()
-
-
 def candidates(declared_codes: frozenset[str] = frozenset()) -> list[tracked.Candidate]:
     """The periodic tasks the setting tracks, of every schedule type, and no cron job's: a crontab or an
     interval gets its slots computed ahead; a clocked or solar one is recorded as it fires (``fires``).
@@ -51,7 +47,7 @@ def candidates(declared_codes: frozenset[str] = frozenset()) -> list[tracked.Can
             continue
         if selection.never(task.task) or not selection.chosen(choose, task):
             continue
-        zone = str(task.crontab.timezone) if task.crontab is not None and task.crontab.timezone else default_timezone()
+        zone = str(task.crontab.timezone) if task.crontab is not None and task.crontab.timezone else conf.default_timezone()
         found.append(tracked.Candidate(periodic_task_id=task.id, name=task.name, task=task.task, timezone=zone,
                                        catch_up=selection.catch_up(task)))
     return found
