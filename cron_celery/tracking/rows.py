@@ -47,7 +47,8 @@ def candidates(declared_codes: frozenset[str] = frozenset()) -> list[tracked.Can
             continue
         if selection.never(task.task) or not selection.chosen(choose, task):
             continue
-        zone = str(task.crontab.timezone) if task.crontab is not None and task.crontab.timezone else conf.default_timezone()
+        own = task.crontab.timezone if task.crontab is not None else None  # a crontab's own timezone
+        zone = str(own) if own else conf.default_timezone()
         found.append(tracked.Candidate(periodic_task_id=task.id, name=task.name, task=task.task, timezone=zone,
                                        catch_up=selection.catch_up(task)))
     return found
