@@ -93,7 +93,7 @@ def profile(app: Any, client: redis.Redis, args: argparse.Namespace, n: int) -> 
     right to trace) is recorded as such and fails nothing."""
     try:
         profiled = profile_tracked(app, client, n=n, warmup=args.warmup, concurrency=args.concurrency,
-                                   svg=args.profile)
+                                   svg=args.profile, key=args.profile_variant)
     except BenchError as error:
         log(f"\nnot profiled: {error}")
         return {"error": str(error).splitlines()[0]}
@@ -146,6 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--profile", type=Path, default=None, metavar="SVG",
                         help="after the timed runs, sample the pool processes of one more worker running N tracked "
                              "runs (iii) with py-spy: the flame graph goes to SVG, where the time goes to the JSON")
+    parser.add_argument("--profile-variant", choices=("tracked", "plain-tracked"), default="tracked",
+                        help="the variant --profile samples: (iii), the default, or (v)")
     parser.add_argument("--json", type=Path, default=None,
                         help="write the results here (default bench/results/overhead-<time>.json)")
     return parser

@@ -62,7 +62,7 @@ def publish(app: Any, variant: Variant, queue: str, count: int, base: dt.datetim
     """Publish ``count`` messages; returns the celery-once lock keys they took (if any)."""
     task = app.tasks[variant.task]
     lock_keys = []
-    code = tracked_plain_code() if variant.tracked_plain else ""
+    beat_sent = beat_rows(count, base) if variant.tracked_plain else {}
     with app.producer_or_acquire() as producer:
         for i in range(count):
             kwargs = {}
@@ -72,10 +72,28 @@ def publish(app: Any, variant: Variant, queue: str, count: int, base: dt.datetim
             if variant.once:  # the queue's name carries the run's tag into the lock's key
                 kwargs["tag"] = queue
                 lock_keys.append(task.get_key((), kwargs))
-            # (v): the headers a tracked periodic task's message carries; its worker claims the slot.
-            headers = {"cron_job": code, "cron_slot": slot, "cron_trigger": "BEAT"} if code else None
-            task.apply_async(kwargs=kwargs, queue=queue, producer=producer, headers=headers)
+            options: dict[str, Any] = {}
+            if beat_sent:  # (v): the message the beat sends for the slot's PENDING execution
+                options = {"headers": beat_sent[i][0], "task_id": beat_sent[i][1]}
+            task.apply_async(kwargs=kwargs, queue=queue, producer=producer, **options)
     return lock_keys
+
+
+def beat_rows(count: int, base: dt.datetime) -> dict[int, tuple[dict[str, Any], str]]:
+    """(v): what the leading beat writes and sends for ``count`` slots of the tracked periodic task, a
+    minute apart from ``base``: each slot's PENDING execution, inserted as its dispatch inserts them
+    (before the timed run, as the beat does before the worker sees the message), and the headers and
+    Celery task id of its message, by slot index."""
+    from cron_celery.decisions import dispatch, jobs, tracked
+
+    code = tracked_plain_code()
+    job = tracked.load_job(code)
+    if job is None:
+        raise BenchError(f"the tracked periodic task's job {code} has no row")
+    inserted = dispatch.enqueue_many(job=job, job_id=jobs.job_id(job), trigger="BEAT",
+                                     slots=[base + dt.timedelta(minutes=i) for i in range(count)])
+    return {i: ({"cron_job": code, "cron_slot": row.slot.isoformat(), "cron_execution_id": row.execution_id,
+                 "cron_trigger": "BEAT"}, row.celery_task_id) for i, row in enumerate(inserted)}
 
 
 # ------------------------------------------------------------------ what "done" means
@@ -234,10 +252,11 @@ def run_once(app: Any, client: redis.Redis, variant: Variant, *, n: int, warmup:
 
 
 def profile_tracked(app: Any, client: redis.Redis, *, n: int, warmup: int, concurrency: int,
-                    svg: Path) -> dict[str, Any]:
-    """``--profile``: N tracked runs (iii) through one worker under py-spy; the flame graph of its
-    pool processes goes to ``svg``, and where their time went is returned (``flame.summary``)."""
-    variant = next(v for v in VARIANTS if v.key == "tracked")
+                    svg: Path, key: str = "tracked") -> dict[str, Any]:
+    """``--profile``: N tracked runs (iii, or the variant ``key`` names) through one worker under py-spy;
+    the flame graph of its pool processes goes to ``svg``, and where their time went is returned
+    (``flame.summary``)."""
+    variant = next(v for v in VARIANTS if v.key == key)
     with tempfile.TemporaryDirectory(prefix="cron-celery-bench-") as tmp:
         raw = Path(tmp) / "stacks.txt"
         result = run_once(app, client, variant, n=n, warmup=warmup, concurrency=concurrency,
@@ -248,7 +267,7 @@ def profile_tracked(app: Any, client: redis.Redis, *, n: int, warmup: int, concu
     if not pool:
         raise BenchError("py-spy recorded no sample of a pool process")
     svg.parent.mkdir(parents=True, exist_ok=True)
-    title = (f"A worker's pool processes running {n:,} tracked no-op runs (iii), "
+    title = (f"A worker's pool processes running {n:,} tracked no-op runs {variant.label.split()[0]}, "
              f"{result['rate']:.0f} runs/s, sampled by py-spy at {PROFILE_RATE}/s")
     svg.write_text(flame.svg(pool, title), encoding="utf-8")
     return {"rate": result["rate"], "svg": str(svg), "summary": flame.summary(pool)}

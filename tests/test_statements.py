@@ -43,7 +43,7 @@ def _ok(run: runs.Run) -> str:
 
 
 def _sent(queries: CaptureQueriesContext) -> list[str]:
-    """How each statement of the run began: PREPARE, EXECUTE or the plain WITH (savepoints left out)."""
+    """How each query of the run began: PREPARE, EXECUTE or the plain WITH (savepoints left out)."""
     return [word for query in queries.captured_queries
             if (word := query["sql"].split(None, 1)[0]) not in ("SAVEPOINT", "RELEASE")]
 
@@ -107,3 +107,25 @@ def test_a_statement_the_session_holds_already_is_executed(fresh):
         assert _run(job, 1).status == Status.SUCCEEDED
     assert _sent(again) == ["PREPARE", "EXECUTE", "PREPARE", "EXECUTE"]
     assert statements.usable()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_claim_sent_as_two_statements_in_one_query_is_prepared_and_falls_back_like_one(fresh):
+    """A job with the slot and overlap checks: its claim is the lock and the claim, two statements in one
+    query (quick_claims). Both are prepared in the first run's query and executed together from then
+    on; a session that lost them runs neither, and gets both as plain text."""
+    job, _job_id = make_job(pattern="standard", overlap="skip")
+    jobs.job_id(job)
+    with CaptureQueriesContext(connection) as first:
+        assert _run(job, 0).status == Status.SUCCEEDED
+    with CaptureQueriesContext(connection) as second:
+        assert _run(job, 1).status == Status.SUCCEEDED
+    assert _sent(first) == ["PREPARE", "PREPARE"] and first.captured_queries[0]["sql"].count("PREPARE") == 2
+    assert _sent(second) == ["EXECUTE", "EXECUTE"] and second.captured_queries[0]["sql"].count("EXECUTE") == 2
+    with connection.cursor() as cursor:
+        cursor.execute("DEALLOCATE ALL")
+    with CaptureQueriesContext(connection) as lost:
+        assert _run(job, 2).status == Status.SUCCEEDED
+    assert _sent(lost) == ["EXECUTE", "UPDATE", "WITH"]
+    rows = CronExecution.objects.filter(task_code=job.code).values_list("status", "run_number")
+    assert sorted(rows) == [(Status.SUCCEEDED, 1)] * 3  # one row per slot, nothing twice

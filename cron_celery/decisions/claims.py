@@ -6,12 +6,14 @@ lock also advances the job's fence, so each claim gets a number no earlier claim
 every later write about the run carries it (the heartbeat here, the final write in
 ``finishes``), and a write with a stale fence changes nothing.
 
-Statements per run (see docs/benchmarks.md): ``begin`` is one autocommit statement when
-the job needs no slot or overlap check (pattern ``always`` with overlap ``allow``), and
-otherwise three statements in one transaction (lock + fence, read the slot's state,
-insert or claim); the final write (``finishes.finish``) is one autocommit statement;
-``heartbeat`` is one statement every third of the lease. The single-statement claim and the
-final write are prepared once per database session (``statements``).
+Statements per run (see docs/benchmarks.md): ``begin`` first tries one autocommit statement
+(``quick_claims``) that claims a run nothing stands in the way of, the beat's PENDING execution
+or a new one, for every job without ``max_concurrency``, a concurrency group or the
+``rate_limited`` pattern; otherwise, and whenever that statement declines, three statements in
+one transaction (lock + fence, read the slot's state, insert or claim) decide. The final write
+(``finishes.finish``) is one autocommit statement; ``heartbeat`` is one statement every third of
+the lease. The single-statement claims and the final write are prepared once per database
+session (``statements``).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 from django.db import connection, transaction
 
 from cron_celery import enums
-from cron_celery.decisions import executions, groups, slot_state, statements, waiting
+from cron_celery.decisions import executions, groups, quick_claims, slot_state, waiting
 from cron_celery.declaring import registry
 
 S = enums.Status
@@ -219,13 +221,19 @@ def begin(
     check reads the database (a live lease of another execution), and reports such a skip
     as ``LOCK_UNAVAILABLE``.
     """
-    if not lock_busy and not _needs_state(job, execution_id, force, rerun or params_given):
-        fast = _claim_new(job=job, job_id=job_id, slot=slot, execution_date=execution_date,
-                          trigger=trigger, forced=force or rerun, celery_task_id=celery_task_id,
-                          worker=worker, pid=pid, lease_seconds=lease_seconds, given=given,
-                          params_given=params_given)
-        if fast is not None:
-            return fast
+    checks = None if lock_busy else _quick_checks(job, execution_id, force, rerun or params_given)
+    if checks is not None and execution_id is not None and not params_given:
+        quick = _claim_pending(job_id=job_id, execution_id=execution_id, slot=slot, celery_task_id=celery_task_id,
+                               worker=worker, pid=pid, lease_seconds=lease_seconds, checks=checks)
+        if quick is not None:
+            return quick
+    elif checks is not None and execution_id is None:
+        quick = _claim_new(job=job, job_id=job_id, slot=slot, execution_date=execution_date,
+                           trigger=trigger, forced=force or rerun, celery_task_id=celery_task_id,
+                           worker=worker, pid=pid, lease_seconds=lease_seconds, given=given,
+                           params_given=params_given, checks=checks)
+        if quick is not None:
+            return quick
     with transaction.atomic(), connection.cursor() as cursor:
         # 1. Lock the job's row and take the next fence in one statement.
         cursor.execute(
@@ -270,25 +278,16 @@ def begin(
                      params=stored or None)
 
 
-#: ``_claim_new``'s statement, prepared once per database session (``statements``).
-_CLAIM_NEW = statements.statement("claim", f"""
-    WITH j AS (UPDATE {JOB} SET fence = fence + 1 WHERE id = %(job)s AND NOT paused
-               RETURNING fence, params)
-    INSERT INTO {EXE} ({executions.INSERT_COLUMNS}, params, params_given)
-    SELECT %(job)s, %(code)s, %(name)s, %(slot)s, %(date)s,
-        coalesce((SELECT max(run_number) FROM {EXE}
-                  WHERE job_id = %(job)s AND slot = %(slot)s), 0) + 1,
-        'RUNNING', %(trigger)s, '', %(forced)s, now(), clock_timestamp(), NULL, false, NULL,
-        '', '', '', 0, %(task_id)s, %(worker)s, %(pid)s, j.fence,
-        now() + make_interval(secs => %(lease)s), '[]'::jsonb,
-        nullif(coalesce(j.params, '{{}}'::jsonb) || coalesce(%(given)s::jsonb, '{{}}'::jsonb), '{{}}'::jsonb),
-        %(params_given)s
-    FROM j
-    ON CONFLICT (job_id, slot, run_number) DO NOTHING
-    RETURNING id, run_number, fence, params
-    """, {"job": "bigint", "code": "text", "name": "text", "slot": "timestamptz", "date": "date", "trigger": "text",
-          "forced": "boolean", "task_id": "text", "worker": "text", "pid": "integer", "lease": "float8",
-          "given": "text", "params_given": "boolean"})
+def _quick_checks(job: registry.Job, execution_id: int | None, force: bool, rerun: bool) -> tuple[bool, bool] | None:
+    """Which checks a one-statement claim makes (``quick_claims``): (the slot check, the overlap
+    check); None when only the full path may decide (a limit or a group, the ``rate_limited``
+    pattern, or a message's own execution sent forced or as a re-run)."""
+    if job.max_concurrency is not None or job.concurrency_group or job.pattern == enums.ExecutionPattern.RATE_LIMITED:
+        return None
+    if execution_id is not None and (force or rerun):
+        return None
+    slot_checked = job.pattern in (enums.ExecutionPattern.STANDARD, enums.ExecutionPattern.RERUN_ON_FAILURE)
+    return slot_checked and not (force or rerun), job.exclusive
 
 
 def _claim_new(
@@ -305,23 +304,26 @@ def _claim_new(
     lease_seconds: int,
     given: dict[str, Any] | None = None,
     params_given: bool = False,
+    checks: tuple[bool, bool] = (False, False),
 ) -> Claim | None:
-    """One autocommit statement for a job that needs no slot or overlap check.
+    """A new execution claimed in one statement (``quick_claims.new``); None: the full path decides."""
+    row = quick_claims.new(job_id=job_id, code=job.code, name=job.name, slot=slot, execution_date=execution_date,
+                           trigger=trigger, forced=forced, celery_task_id=celery_task_id, worker=worker, pid=pid,
+                           lease_seconds=lease_seconds, given=given, params_given=params_given,
+                           slot_checked=checks[0], exclusive=checks[1])
+    return None if row is None else Claim(outcome=S.RUNNING, execution_id=row[0], run_number=row[1], fence=row[2],
+                                          params=row[3])
 
-    It locks the job's row (taking the fence) and inserts the RUNNING execution. It
-    returns None — and the caller takes the full path — when the job is paused, its row
-    is gone, or another claim inserted the same run number first.
-    """
-    with connection.cursor() as cursor:
-        statements.execute(cursor, _CLAIM_NEW, {
-            "job": job_id, "code": job.code, "name": job.name, "slot": slot, "date": execution_date,
-            "trigger": trigger, "forced": forced, "task_id": celery_task_id, "worker": worker, "pid": pid,
-            "lease": lease_seconds, "given": executions.as_jsonb(given), "params_given": params_given})
-        row = cursor.fetchone()
-    if row is None:
-        return None
-    return Claim(outcome=S.RUNNING, execution_id=int(row[0]), run_number=int(row[1]),
-                 fence=int(row[2]), params=executions.loaded(row[3]))
+
+def _claim_pending(*, job_id: int, execution_id: int, slot: dt.datetime, celery_task_id: str, worker: str,
+                   pid: int | None, lease_seconds: int, checks: tuple[bool, bool]) -> Claim | None:
+    """The message's PENDING execution claimed in one statement (``quick_claims.pending``); None: the
+    full path decides."""
+    row = quick_claims.pending(job_id=job_id, execution_id=execution_id, slot=slot, celery_task_id=celery_task_id,
+                               worker=worker, pid=pid, lease_seconds=lease_seconds, slot_checked=checks[0],
+                               exclusive=checks[1])
+    return None if row is None else Claim(outcome=S.RUNNING, execution_id=row[0], run_number=row[1], fence=row[2],
+                                          params=row[3])
 
 
 def _record_skip(

@@ -23,7 +23,7 @@ import hashlib
 import logging
 import re
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.db import DatabaseError, connection
@@ -92,37 +92,56 @@ def usable() -> bool:
 def execute(cursor: Any, stmt: Statement, params: Mapping[str, Any]) -> None:
     """Run ``stmt`` on ``cursor`` (Django's, on the default connection); its result is then read as
     usual (``fetchone``, ``rowcount``)."""
+    execute_together(cursor, (stmt,), params)
+
+
+def together_possible() -> bool:
+    """Whether statements may be sent together in one query (``execute_together``): not with
+    ``"server_side_binding": True``, whose extended protocol takes one command a query."""
+    options = connection.settings_dict.get("OPTIONS") or {}
+    return options.get("server_side_binding") is not True
+
+
+def execute_together(cursor: Any, stmts: Sequence[Statement], params: Mapping[str, Any]) -> None:
+    """Run ``stmts`` one after another as one query: one round trip and one implicit transaction (one
+    commit), each statement with a snapshot of its own, taken when the ones before it have run. The
+    last one's result is then read as usual. ``params`` holds every statement's parameters by name."""
     global _unkept
     if not usable():
-        cursor.execute(stmt.sql, params)
+        _run(cursor, [stmt.sql for stmt in stmts], params)
         return
     names = _prepared.setdefault(connection.connection, set())
+    new = [stmt for stmt in stmts if stmt.name not in names]
     try:
-        if stmt.name in names:
-            cursor.execute(stmt.execute, params)
-        else:
-            cursor.execute(f"{stmt.prepare};\n{stmt.execute}", params)
-            cursor.nextset()  # the EXECUTE's result, after the PREPARE's
-            names.add(stmt.name)
+        _run(cursor, [stmt.prepare for stmt in new] + [stmt.execute for stmt in stmts], params)
+        names.update(stmt.name for stmt in new)
         return
     except DatabaseError as error:
         state = _state(error)
         if state != _THERE and state not in _LOST:
             raise
+    # Nothing ran: the query is one transaction, and a failed command rolled all of it back.
     if state == _THERE:
-        names.add(stmt.name)
+        names.update(stmt.name for stmt in stmts)
         try:
-            cursor.execute(stmt.execute, params)
+            _run(cursor, [stmt.execute for stmt in stmts], params)
             return
         except DatabaseError as error:
             if _state(error) not in _LOST:
                 raise
-    # Nothing ran: this session does not keep prepared statements (or lost this one).
+    # This session does not keep prepared statements (or lost one of these).
     _unkept = True
     names.clear()
     logger.info("the database session did not keep a statement cron_celery prepared on it (a pooler in "
                 "transaction mode?); this process sends its statements unprepared from now on")
-    cursor.execute(stmt.sql, params)
+    _run(cursor, [stmt.sql for stmt in stmts], params)
+
+
+def _run(cursor: Any, commands: list[str], params: Mapping[str, Any]) -> None:
+    """The commands as one query, the cursor left on the last one's result."""
+    cursor.execute(";\n".join(commands), params)
+    for _ in commands[1:]:
+        cursor.nextset()
 
 
 def reset() -> None:
