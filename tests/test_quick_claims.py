@@ -69,12 +69,18 @@ def test_a_new_run_of_a_standard_exclusive_job_is_claimed_in_one_statement() -> 
     assert statements > 1 and second.skip_reason == SkipReason.ALREADY_RUNNING
 
 
+def _checks(job: Any, execution_id: int | None) -> tuple[bool, bool]:
+    checks = claims._quick_checks(job, execution_id, False, False)
+    assert checks is not None  # the job is one the quick claim is tried for
+    return checks
+
+
 def _other_runs(job_id: int, status: str, *, slot: dt.datetime = SLOT, lease: str = "1 hour",
-                params_given: bool = False) -> None:
+                params_given: bool = False) -> CronExecution:
     """Another execution of the job, written as the full claim or a finish would leave it."""
-    CronExecution.objects.create(
+    return CronExecution.objects.create(
         job_id=job_id, task_code="X", task_name="x", slot=slot, execution_date=slot.date(), run_number=9,
-        status=status, trigger=Trigger.BEAT, params_given=params_given,
+        status=status, trigger=Trigger.BEAT, params_given=params_given, fence=1 if status == Status.RUNNING else None,
         lease_until=dt.datetime.now(dt.UTC) + (dt.timedelta(hours=1) if lease == "1 hour" else -dt.timedelta(hours=1)))
 
 
@@ -93,13 +99,14 @@ def test_anything_in_the_way_leaves_the_decision_to_the_full_claim(pattern: str,
                                                                    expected: str) -> None:
     job, job_id = make_job(pattern, overlap)
     execution_id = pending(job, job_id)
-    _other_runs(job_id, **other)
+    in_the_way = _other_runs(job_id, **other)
     assert claims._claim_pending(job_id=job_id, execution_id=execution_id, slot=SLOT, celery_task_id="",
-                                 worker="", pid=None, lease_seconds=60,
-                                 checks=claims._quick_checks(job, execution_id, False, False) or (True, True)) is None
+                                 worker="", pid=None, lease_seconds=60, checks=_checks(job, execution_id)) is None
     claim = begin(job, job_id, execution_id=execution_id)
     assert claim.skip_reason == expected
     assert CronExecution.objects.get(id=execution_id).status == (Status.RUNNING if not expected else Status.SKIPPED)
+    if other.get("lease") == "expired":  # the stale run no longer owns the job: the claim's fence superseded it
+        assert claim.fence is not None and CronExecution.objects.get(id=in_the_way.id).fence == claim.fence
 
 
 @pytest.mark.django_db(transaction=True)
@@ -112,16 +119,18 @@ def test_a_run_with_a_persons_parameters_beside_the_slots_run_is_not_in_its_way(
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("what", ["paused", "forced", "rerun", "params_given", "limit"])
+@pytest.mark.parametrize("what", ["paused", "force", "rerun", "params_given", "limit"])
 def test_the_full_claim_decides_a_paused_job_a_forced_or_rerun_row_and_a_limited_job(what: str) -> None:
     job, job_id = make_job("always", "allow", **({"max_concurrency": 2} if what == "limit" else {}))
     execution_id = pending(job, job_id, trigger=Trigger.BACKFILL)
     if what == "paused":
         CronJob.objects.filter(id=job_id).update(paused=True)
-    elif what in ("forced", "params_given"):
-        CronExecution.objects.filter(id=execution_id).update(**{"forced" if what == "forced" else what: True})
-    elif what == "rerun":
-        CronExecution.objects.filter(id=execution_id).update(force=True)
+    elif what == "force":  # --force: past the pause too (the row's ``force``)
+        CronExecution.objects.filter(id=execution_id).update(force=True, forced=True)
+    elif what == "rerun":  # --rerun: past the slot check (the row's ``forced``)
+        CronExecution.objects.filter(id=execution_id).update(forced=True)
+    elif what == "params_given":
+        CronExecution.objects.filter(id=execution_id).update(params_given=True)
     claim, statements = claimed_in_statements(job, job_id, execution_id=execution_id)
     assert statements > 1
     if what == "paused":  # a backfill slot waits for the resume
@@ -148,20 +157,21 @@ def _in_thread(target: Any) -> threading.Thread:
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("path", ["pending", "new"])
 @pytest.mark.parametrize(("pattern", "overlap", "other_slot"), [
     ("standard", "allow", SLOT),  # the slot check
     ("always", "skip", SLOT - dt.timedelta(hours=1)),  # the overlap check
 ])
 def test_a_claim_committed_while_the_statement_waited_for_the_jobs_row_is_never_run_past(
-        pattern: str, overlap: str, other_slot: dt.datetime) -> None:
+        pattern: str, overlap: str, other_slot: dt.datetime, path: str) -> None:
     """Another worker's full claim holds the job's row: it took the next fence and made its run
     RUNNING, not yet committed. The one-round-trip claim of the beat's PENDING row starts and waits
     for the row; the other commits. Had its checks read a snapshot taken before the wait (one
     statement locking and claiming at once did: both cases failed so), they would have seen nothing
     in the way and claimed a second run. Its claim statement runs once the lock is held, sees the
-    other run and claims nothing; the full claim then skips."""
+    other run and claims nothing; the full claim then skips. The same for a new run (``new``)."""
     job, job_id = make_job(pattern, overlap)
-    execution_id = pending(job, job_id)
+    execution_id = pending(job, job_id) if path == "pending" else None
     holding, release = threading.Event(), threading.Event()
 
     def other_claim() -> None:
@@ -174,9 +184,14 @@ def test_a_claim_committed_while_the_statement_waited_for_the_jobs_row_is_never_
     answers: list[claims.Claim | None] = []
 
     def claim_quickly() -> None:
+        if execution_id is None:
+            answers.append(claims._claim_new(
+                job=job, job_id=job_id, slot=SLOT, execution_date=SLOT.date(), trigger=Trigger.MANUAL, forced=False,
+                celery_task_id="", worker="me#1", pid=1, lease_seconds=60, checks=_checks(job, None)))
+            return
         answers.append(claims._claim_pending(
             job_id=job_id, execution_id=execution_id, slot=SLOT, celery_task_id="", worker="me#1", pid=1,
-            lease_seconds=60, checks=claims._quick_checks(job, execution_id, False, False) or (True, True)))
+            lease_seconds=60, checks=_checks(job, execution_id)))
 
     holder = _in_thread(other_claim)
     try:
@@ -189,13 +204,15 @@ def test_a_claim_committed_while_the_statement_waited_for_the_jobs_row_is_never_
                                    "AND wait_event_type = 'Lock' AND query LIKE %s", ["%cron_celery_%"])
                     row = cursor.fetchone()
                     return bool(row and row[0])
-            wait_for(waits_for_the_row, timeout=30, what="the one-statement claim to wait for the job's row")
+            wait_for(waits_for_the_row, timeout=30, what="the quick claim to wait for the job's row")
     finally:
         release.set()
         holder.join(30)
     claimer.join(30)
     assert answers == [None]
-    assert CronExecution.objects.get(id=execution_id).status == Status.PENDING
-    claim = begin(job, job_id, execution_id=execution_id)
+    assert not CronExecution.objects.filter(job_id=job_id, worker="me#1").exists()
+    if execution_id is not None:
+        assert CronExecution.objects.get(id=execution_id).status == Status.PENDING
+    claim = begin(job, job_id, execution_id=execution_id, trigger=Trigger.MANUAL)
     expected = SkipReason.ALREADY_RUNNING if pattern == "standard" else SkipReason.OVERLAP
     assert (claim.outcome, claim.skip_reason) == (Status.SKIPPED, expected)

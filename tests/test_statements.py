@@ -8,11 +8,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.db import connection, transaction
+from django.db import OperationalError, connection, transaction
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
-from cron_celery.decisions import jobs, statements
+from cron_celery.decisions import claims, jobs, statements
 from cron_celery.models import CronExecution, Status, Trigger
 from cron_celery.run import runs
 from tests.conftest import make_job
@@ -90,7 +90,7 @@ def test_a_session_that_lost_them_gets_plain_statements_from_then_on(fresh):
         cursor.execute("DEALLOCATE ALL")
     with CaptureQueriesContext(connection) as lost:
         assert _run(job, 1).status == Status.SUCCEEDED
-    assert _sent(lost) == ["EXECUTE", "WITH", "WITH"]
+    assert _sent(lost) == ["EXECUTE", "SELECT", "WITH", "WITH"]  # the SELECT asks what the session holds
     assert not statements.usable()
     rows = CronExecution.objects.filter(task_code=job.code).values_list("status", "run_number")
     assert sorted(rows) == [(Status.SUCCEEDED, 1), (Status.SUCCEEDED, 1)]  # one row per slot, nothing twice
@@ -105,7 +105,7 @@ def test_a_statement_the_session_holds_already_is_executed(fresh):
     statements._prepared.clear()
     with CaptureQueriesContext(connection) as again:
         assert _run(job, 1).status == Status.SUCCEEDED
-    assert _sent(again) == ["PREPARE", "EXECUTE", "PREPARE", "EXECUTE"]
+    assert _sent(again) == ["PREPARE", "SELECT", "EXECUTE", "PREPARE", "SELECT", "EXECUTE"]
     assert statements.usable()
 
 
@@ -126,6 +126,42 @@ def test_a_claim_sent_as_two_statements_in_one_query_is_prepared_and_falls_back_
         cursor.execute("DEALLOCATE ALL")
     with CaptureQueriesContext(connection) as lost:
         assert _run(job, 2).status == Status.SUCCEEDED
-    assert _sent(lost) == ["EXECUTE", "UPDATE", "WITH"]
+    assert _sent(lost) == ["EXECUTE", "SELECT", "UPDATE", "WITH"]
     rows = CronExecution.objects.filter(task_code=job.code).values_list("status", "run_number")
     assert sorted(rows) == [(Status.SUCCEEDED, 1)] * 3  # one row per slot, nothing twice
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_claim_that_failed_after_its_prepares_leaves_them_known_and_the_next_claim_prepared(fresh):
+    """A query's PREPAREs outlive its failure: a claim that prepared the lock and its statement, then
+    met a lock timeout, leaves them held by the session. The next claim (another statement beside the
+    same lock) must not take the refused PREPARE for the whole batch, nor the session for a pooler's:
+    it prepares only what is missing, and the process keeps preparing."""
+    from cron_celery.decisions import dispatch
+    from tests.test_audit import other_connection
+
+    job, job_id = make_job(pattern="standard", overlap="skip")
+    jobs.job_id(job)
+    execution_id, _ = dispatch.enqueue(job=job, job_id=job_id, slot=SLOT, execution_date=SLOT.date(),
+                                       trigger=Trigger.BEAT)
+    holder = other_connection("holds the job's row")
+    holder.autocommit = False
+    try:
+        holder.execute("SELECT 1 FROM cron_celery_cronjob WHERE id = %s FOR UPDATE", [job_id])
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '200ms'")
+        with pytest.raises(OperationalError, match="lock timeout"):
+            claims.begin(job=job, job_id=job_id, slot=SLOT, execution_date=SLOT.date(), trigger=Trigger.BEAT,
+                         execution_id=execution_id)
+    finally:
+        holder.rollback()
+        holder.close()
+        with connection.cursor() as cursor:
+            cursor.execute("RESET lock_timeout")
+    with CaptureQueriesContext(connection) as after:
+        assert _run(job, 5).status == Status.SUCCEEDED
+    assert statements.usable()
+    assert _sent(after)[0] in ("PREPARE", "EXECUTE") and "UPDATE" not in _sent(after)
+    with CaptureQueriesContext(connection) as next_one:
+        assert _run(job, 6).status == Status.SUCCEEDED
+    assert _sent(next_one) == ["EXECUTE", "EXECUTE"]

@@ -6,11 +6,12 @@ lock also advances the job's fence, so each claim gets a number no earlier claim
 every later write about the run carries it (the heartbeat here, the final write in
 ``finishes``), and a write with a stale fence changes nothing.
 
-Statements per run (see docs/benchmarks.md): ``begin`` first tries one autocommit statement
-(``quick_claims``) that claims a run nothing stands in the way of, the beat's PENDING execution
-or a new one, for every job without ``max_concurrency``, a concurrency group or the
-``rate_limited`` pattern; otherwise, and whenever that statement declines, three statements in
-one transaction (lock + fence, read the slot's state, insert or claim) decide. The final write
+Statements per run (see docs/benchmarks.md): ``begin`` first tries one autocommit query
+(``quick_claims``: the job's row locked, then the claim, two statements; one for a job with no
+check) that claims a run nothing stands in the way of, the beat's PENDING execution or a new one,
+for every job without ``max_concurrency``, a concurrency group or the ``rate_limited`` pattern;
+otherwise, and whenever it claims nothing, three statements in one transaction (lock + fence, read
+the slot's state, insert or claim) decide. The final write
 (``finishes.finish``) is one autocommit statement; ``heartbeat`` is one statement every third of
 the lease. The single-statement claims and the final write are prepared once per database
 session (``statements``).

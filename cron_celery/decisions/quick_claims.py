@@ -15,14 +15,17 @@ transaction with one commit:
    - for a message's own execution (``pending``), its row is ``PENDING``, not forced, not a re-run
      and not a run with a person's parameters.
 
-A new run of a job with no check at all (pattern ``always`` with overlap ``allow``, or a re-run of
-such a job) is one statement instead: its lock and its insert, as nothing a snapshot taken before
-the lock could miss matters to it.
+A new run with no check at all (pattern ``always`` with overlap ``allow``, or a forced, re-run or
+parameterised run of an overlap-``allow`` job) is one statement instead: its lock and its insert,
+as nothing a snapshot taken before the lock could miss matters to it.
 
 Anything else claims nothing (the fence taken is simply not used) and returns None: the caller
 takes the full path, which reads the same state under the lock and decides (a skip, a wait, a
 takeover, a superseded run). A connection with ``"server_side_binding": True`` cannot send two
-statements as one query; there the full path decides every run.
+statements as one query; there the full path decides every run that has a check.
+
+A claim this query declines costs its round trip and its commit (the fence bump) on top of the full
+claim's: retries, takeovers, forced and parameterised rows, a paused job, and every skip or wait.
 """
 
 from __future__ import annotations
@@ -72,8 +75,8 @@ _INSERTED = "ON CONFLICT (job_id, slot, run_number) DO NOTHING RETURNING id, run
 #: A new execution, after ``_LOCK``, when nothing stands in the way.
 _NEW = statements.statement("claim", f"{_INSERT} FROM {JOB} AS j WHERE {_CLEAR} {_INSERTED}", _NEW_TYPES)
 
-#: A new execution of a job with no check (pattern ``always``, overlap ``allow``, or a re-run of such a
-#: job): the lock and the insert in one statement, as nothing its snapshot could miss matters to it.
+#: A new execution with no check (see the module's docstring): the lock and the insert in one
+#: statement, as nothing its snapshot could miss matters to it.
 _NEW_UNCHECKED = statements.statement("claim", f"""
     WITH j AS (UPDATE {JOB} SET fence = fence + 1 WHERE id = %(job)s AND NOT paused RETURNING fence, params)
     {_INSERT} FROM j {_INSERTED}""", {key: kind for key, kind in _NEW_TYPES.items() if key not in _CHECK_TYPES})

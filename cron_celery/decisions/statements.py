@@ -111,20 +111,19 @@ def execute_together(cursor: Any, stmts: Sequence[Statement], params: Mapping[st
         _run(cursor, [stmt.sql for stmt in stmts], params)
         return
     names = _prepared.setdefault(connection.connection, set())
-    new = [stmt for stmt in stmts if stmt.name not in names]
     try:
-        _run(cursor, [stmt.prepare for stmt in new] + [stmt.execute for stmt in stmts], params)
-        names.update(stmt.name for stmt in new)
+        _prepared_run(cursor, stmts, params, names)
         return
     except DatabaseError as error:
         state = _state(error)
+        # The query was one transaction: a failed command rolled back what the others wrote. But a
+        # PREPARE outlives it, so what the session holds now is asked, not assumed.
+        _learn(names, stmts)
         if state != _THERE and state not in _LOST:
             raise
-    # Nothing ran: the query is one transaction, and a failed command rolled all of it back.
     if state == _THERE:
-        names.update(stmt.name for stmt in stmts)
         try:
-            _run(cursor, [stmt.execute for stmt in stmts], params)
+            _prepared_run(cursor, stmts, params, names)
             return
         except DatabaseError as error:
             if _state(error) not in _LOST:
@@ -135,6 +134,27 @@ def execute_together(cursor: Any, stmts: Sequence[Statement], params: Mapping[st
     logger.info("the database session did not keep a statement cron_celery prepared on it (a pooler in "
                 "transaction mode?); this process sends its statements unprepared from now on")
     _run(cursor, [stmt.sql for stmt in stmts], params)
+
+
+def _prepared_run(cursor: Any, stmts: Sequence[Statement], params: Mapping[str, Any], names: set[str]) -> None:
+    """Those of ``stmts`` this session does not hold prepared, then every one executed, in one query."""
+    new = [stmt for stmt in stmts if stmt.name not in names]
+    _run(cursor, [stmt.prepare for stmt in new] + [stmt.execute for stmt in stmts], params)
+    names.update(stmt.name for stmt in new)
+
+
+def _learn(names: set[str], stmts: Sequence[Statement]) -> None:
+    """Which of ``stmts`` the session holds now (after a failed query: its PREPAREs that ran stay, one
+    that failed was held already or not at all); nothing learnt from a session that cannot answer."""
+    wanted = [stmt.name for stmt in stmts]
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT name FROM pg_prepared_statements WHERE name = ANY(%s)", [wanted])
+            held = {str(row[0]) for row in cursor.fetchall()}
+    except DatabaseError:
+        return
+    names.difference_update(wanted)
+    names.update(held)
 
 
 def _run(cursor: Any, commands: list[str], params: Mapping[str, Any]) -> None:
