@@ -631,6 +631,38 @@ def test_the_reconciler_writes_one_missed_alert_per_stranded_slot_and_per_outage
         "consecutive_failures", "alerted_at")) == {(0, None)}  # MISSED is no failure, no incident
 
 
+class _Died(BaseException):
+    """The process killed where this is raised: nothing after it runs, nothing catches it."""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_slots_written_missed_commit_with_their_outages_alert_whatever_stops_the_writer_between(monkeypatch):
+    """The soak (seed 4242) found outages recorded MISSED and alerted to nobody: the beat wrote the
+    MISSED slots (one statement), published the round's other slots to a broker that was down, and
+    was killed before it recorded the outage's alert in a transaction of its own. The next round
+    found the slots written and the job advanced: no alert, ever. The rows and the alert now commit
+    together; the writer dying between them leaves neither, and the next pass writes both."""
+    with notifying({"on_failure": ["webhook"]}, RECONCILE=RECONCILE):
+        _overdue, overdue_id = make_job(catch_up="none")
+        CronJob.objects.filter(id=overdue_id).update(schedule="0 * * * *", schedule_timezone="UTC",
+                                                     next_run_at=NOW.replace(hour=8, minute=0))
+        real = repairs.newest_missed
+
+        def dies(job_ids: list[int]) -> Any:
+            raise _Died
+
+        monkeypatch.setattr(repairs, "newest_missed", dies)
+        with pytest.raises(_Died):
+            reconciler.run_pass(NOW)
+        monkeypatch.setattr(repairs, "newest_missed", real)
+        assert not CronExecution.objects.filter(job_id=overdue_id).exists()  # neither the slots nor the alert
+        report = reconciler.run_pass(NOW)
+    assert report.missed == 5  # 08:00 ... 12:00
+    newest = CronExecution.objects.filter(job_id=overdue_id, status=Status.MISSED).order_by("-slot").first()
+    assert newest is not None and newest.slot == NOW.replace(hour=12, minute=0)
+    assert alert_rows(overdue_id) == [(newest.id, "MISSED", "webhook")]
+
+
 # --- 5. signals ---------------------------------------------------------------------------
 
 def test_signals_are_sent_after_each_outcome_and_a_raising_receiver_changes_nothing():

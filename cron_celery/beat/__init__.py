@@ -42,7 +42,7 @@ from pottery.exceptions import ExtendUnlockedLock, QuorumIsImpossible, ReleaseUn
 from cron_celery import catch_up, check_errors, conf, schedules, slots
 from cron_celery.beat import health, plain_tasks, publishing, schedule_problems, schedule_sync
 from cron_celery.beat.planning import PlanKey, log_round, plan
-from cron_celery.decisions import audit, dispatch, leadership, oneoffs, repairs
+from cron_celery.decisions import audit, dispatch, leadership, oneoffs
 from cron_celery.run import locks, outcomes, tasks
 from cron_celery.tracking import fires, rows
 
@@ -311,13 +311,11 @@ class Scheduler(DatabaseScheduler):  # type: ignore[misc]
             if problems:  # no longer due: they would come back every round, ahead of the others
                 schedule_problems.set_aside(problems)
             began = time.monotonic()
-            advanced, to_publish, missed = dispatch.dispatch_many(decisions)
+            # The slots written MISSED commit with their outage's alert (one per job).
+            _advanced, to_publish, missed = outcomes.dispatched(decisions)
             by_id = {row.job_id: row for row in due}
             sent = self.publish(by_id, to_publish)
             self.published += sent
-            if missed:  # alerts for the outage, one per job
-                outcomes.missed(repairs.newest_missed([d.job_id for d in decisions
-                                                       if d.missed and d.job_id in advanced]))
             log_round(by_id, decisions, sent, missed, time.monotonic() - began)
             # django-celery-beat's "last run" of the periodic tasks: a courtesy, never in the way.
             # Counts it could not write (a row held by an admin's save) are written next round.

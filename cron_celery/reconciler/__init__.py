@@ -351,10 +351,8 @@ def _undispatched(report: Report, now: dt.datetime, options: dict[str, Any]) -> 
         keep = decision.run[0] if decision.run else decision.next_run_at
         decisions.append(dataclasses.replace(decision, run=[], next_run_at=keep, last=False))
     if decisions:
-        advanced, _publish, missed = dispatch.dispatch_many(decisions)
+        _advanced, _publish, missed = outcomes.dispatched(decisions)  # the MISSED slots with their alerts
         report.missed += missed
-        if missed:
-            outcomes.missed(repairs.newest_missed([d.job_id for d in decisions if d.job_id in advanced]))
 
 
 @shared_task(name="cron_celery.reconcile", ignore_result=True)

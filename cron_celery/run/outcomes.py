@@ -181,25 +181,46 @@ def revoked(job: registry.Job | None, **kwargs: Any) -> finishes.Revoked | None:
     return ended
 
 
+def dispatched(decisions: list[dispatch.Decision]) -> tuple[set[int], list[dispatch.ToPublish], int]:
+    """``dispatch.dispatch_many``, with what the listeners record of the slots it writes MISSED (the
+    alert outbox: one alert per job and outage) in the same transaction, so that no process dying
+    between the two leaves an outage recorded and never alerted. Its downstream skips are announced
+    after the commit. Returns what ``dispatch_many`` returns."""
+    if not any(decision.missed for decision in decisions):
+        return dispatch.dispatch_many(decisions)
+    with transaction.atomic():
+        advanced, to_publish, missed = dispatch.dispatch_many(decisions)
+        _recorded, below = _missed(repairs.newest_missed(
+            [d.job_id for d in decisions if d.missed and d.job_id in advanced])) if missed else (0, [])
+    _announce_all(below)
+    return advanced, to_publish, missed
+
+
 def missed(rows: list[tuple[int, int, dt.datetime]]) -> int:
-    """Record slots written MISSED in bulk (beat back after an outage, the reconciler): ``rows``
-    are (job id, the newest MISSED execution id of the job, its slot) — the alert outbox writes
-    one alert per job and outage, not one per slot. Returns how many jobs' MISSED slots a
-    listener recorded (in a transaction of the job's own)."""
-    recorded = 0
-    if not rows:
-        return 0
+    """Record slots written MISSED already (``rows``: job id, the newest MISSED execution id of the
+    job, its slot), in one transaction, and announce their downstream skips. Returns how many jobs'
+    MISSED slots a listener recorded."""
+    with transaction.atomic():
+        recorded, below = _missed(rows)
+    _announce_all(below)
+    return recorded
+
+
+def _missed(rows: list[tuple[int, int, dt.datetime]]) -> tuple[int, list[events.Ended]]:
+    """What the listeners record of slots written MISSED in bulk, in the caller's transaction: how many
+    jobs' slots a listener recorded (the alert outbox writes one alert per job and outage, not one
+    per slot), and the downstream slots they skipped, to announce after the commit."""
     by_id = jobs.jobs_by_row_id()
+    recorded, below = 0, []
     for job_id, execution_id, slot in rows:
         job = by_id.get(job_id) or jobs.job_for_row(job_id)
         event = events.Ended(job=job, job_id=job_id, execution_id=execution_id, slot=slot, status=S.MISSED)
         if events.records(event):
-            with transaction.atomic():
-                events.record(event)
+            events.record(event)
             recorded += 1
-        # The downstream slots of all the job's slots written MISSED with this one (committed already).
-        _announce_all(_record_all(_skipped_below(job, execution_id, S.MISSED, missed=True)))
-    return recorded
+        # The downstream slots of all the job's slots written MISSED with this one.
+        below += _record_all(_skipped_below(job, execution_id, S.MISSED, missed=True))
+    return recorded, below
 
 
 def decided_late(batch: int, grace: float) -> list[int]:
