@@ -75,13 +75,13 @@ def _checks(job: Any, execution_id: int | None) -> tuple[bool, bool]:
     return checks
 
 
-def _other_runs(job_id: int, status: str, *, slot: dt.datetime = SLOT, lease: str = "1 hour",
+def _other_runs(job_id: int, status: str, *, slot: dt.datetime = SLOT, live: bool = True,
                 params_given: bool = False) -> CronExecution:
     """Another execution of the job, written as the full claim or a finish would leave it."""
     return CronExecution.objects.create(
         job_id=job_id, task_code="X", task_name="x", slot=slot, execution_date=slot.date(), run_number=9,
         status=status, trigger=Trigger.BEAT, params_given=params_given, fence=1 if status == Status.RUNNING else None,
-        lease_until=dt.datetime.now(dt.UTC) + (dt.timedelta(hours=1) if lease == "1 hour" else -dt.timedelta(hours=1)))
+        lease_until=dt.datetime.now(dt.UTC) + dt.timedelta(hours=1 if live else -1))
 
 
 @pytest.mark.django_db(transaction=True)
@@ -93,7 +93,7 @@ def _other_runs(job_id: int, status: str, *, slot: dt.datetime = SLOT, lease: st
     ("rerun_on_failure", "allow", {"status": Status.FAILED}, ""),  # the full claim lets it run
     # another slot's run is RUNNING: the overlap check of an exclusive job, live or stale
     ("always", "skip", {"status": Status.RUNNING, "slot": SLOT - dt.timedelta(hours=1)}, SkipReason.OVERLAP),
-    ("always", "skip", {"status": Status.RUNNING, "slot": SLOT - dt.timedelta(hours=1), "lease": "expired"}, ""),
+    ("always", "skip", {"status": Status.RUNNING, "slot": SLOT - dt.timedelta(hours=1), "live": False}, ""),
 ])
 def test_anything_in_the_way_leaves_the_decision_to_the_full_claim(pattern: str, overlap: str, other: dict[str, Any],
                                                                    expected: str) -> None:
@@ -105,7 +105,7 @@ def test_anything_in_the_way_leaves_the_decision_to_the_full_claim(pattern: str,
     claim = begin(job, job_id, execution_id=execution_id)
     assert claim.skip_reason == expected
     assert CronExecution.objects.get(id=execution_id).status == (Status.RUNNING if not expected else Status.SKIPPED)
-    if other.get("lease") == "expired":  # the stale run no longer owns the job: the claim's fence superseded it
+    if other.get("live") is False:  # the stale run no longer owns the job: the claim's fence superseded it
         assert claim.fence is not None and CronExecution.objects.get(id=in_the_way.id).fence == claim.fence
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import datetime as dt
 import io
 import json
+import os
 from typing import Any
 
 import pytest
@@ -52,7 +53,7 @@ PARAMS = st.one_of(st.dictionaries(NAMES, JSON_VALUES, max_size=4), JSON_VALUES)
 FIELDS = st.fixed_dictionaries({}, optional={
     "date": TIMES, "at": TIMES, "params": PARAMS, "force": st.booleans() | ODD_TEXT, "rerun": st.booleans() | ODD_TEXT,
     "cascade": st.booleans(), "schedule": st.booleans() | ODD_TEXT})
-SETTINGS = settings(max_examples=int(__import__("os").environ.get("CRON_TEST_FUZZ_EXAMPLES", "60")), deadline=None,
+SETTINGS = settings(max_examples=int(os.environ.get("CRON_TEST_FUZZ_EXAMPLES", "60")), deadline=None,
                     database=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 

@@ -12,10 +12,11 @@ from django.db import OperationalError, connection, transaction
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
-from cron_celery.decisions import claims, jobs, statements
+from cron_celery.decisions import claims, dispatch, jobs, statements
 from cron_celery.models import CronExecution, Status, Trigger
 from cron_celery.run import runs
 from tests.conftest import make_job
+from tests.test_audit import other_connection
 
 SLOT = dt.datetime(2026, 11, 29, 7, 0, tzinfo=dt.UTC)
 
@@ -137,9 +138,6 @@ def test_a_claim_that_failed_after_its_prepares_leaves_them_known_and_the_next_c
     met a lock timeout, leaves them held by the session. The next claim (another statement beside the
     same lock) must not take the refused PREPARE for the whole batch, nor the session for a pooler's:
     it prepares only what is missing, and the process keeps preparing."""
-    from cron_celery.decisions import dispatch
-    from tests.test_audit import other_connection
-
     job, job_id = make_job(pattern="standard", overlap="skip")
     jobs.job_id(job)
     execution_id, _ = dispatch.enqueue(job=job, job_id=job_id, slot=SLOT, execution_date=SLOT.date(),

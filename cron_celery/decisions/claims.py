@@ -6,15 +6,11 @@ lock also advances the job's fence, so each claim gets a number no earlier claim
 every later write about the run carries it (the heartbeat here, the final write in
 ``finishes``), and a write with a stale fence changes nothing.
 
-Statements per run (see docs/benchmarks.md): ``begin`` first tries one autocommit query
-(``quick_claims``: the job's row locked, then the claim, two statements; one for a job with no
-check) that claims a run nothing stands in the way of, the beat's PENDING execution or a new one,
-for every job without ``max_concurrency``, a concurrency group or the ``rate_limited`` pattern;
-otherwise, and whenever it claims nothing, three statements in one transaction (lock + fence, read
-the slot's state, insert or claim) decide. The final write
-(``finishes.finish``) is one autocommit statement; ``heartbeat`` is one statement every third of
-the lease. The single-statement claims and the final write are prepared once per database
-session (``statements``).
+Statements per run (see docs/benchmarks.md): ``begin`` first tries one autocommit query that claims
+a run nothing stands in the way of (``quick_claims``); otherwise three statements in one transaction
+(lock + fence, read the slot's state, insert or claim) decide. The final write (``finishes.finish``)
+is one autocommit statement, ``heartbeat`` one every third of the lease; all but the full claim's
+are prepared once per database session (``statements``).
 """
 
 from __future__ import annotations
@@ -32,7 +28,6 @@ from cron_celery.declaring import registry
 S = enums.Status
 JOB = executions.JOB
 EXE = executions.EXE
-
 
 
 #: Outcome of ``begin`` besides claiming or skipping: the execution was already
@@ -223,18 +218,12 @@ def begin(
     as ``LOCK_UNAVAILABLE``.
     """
     checks = None if lock_busy else _quick_checks(job, execution_id, force, rerun or params_given)
-    if checks is not None and execution_id is not None and not params_given:
-        quick = _claim_pending(job_id=job_id, execution_id=execution_id, slot=slot, celery_task_id=celery_task_id,
-                               worker=worker, pid=pid, lease_seconds=lease_seconds, checks=checks)
-        if quick is not None:
-            return quick
-    elif checks is not None and execution_id is None:
-        quick = _claim_new(job=job, job_id=job_id, slot=slot, execution_date=execution_date,
-                           trigger=trigger, forced=force or rerun, celery_task_id=celery_task_id,
-                           worker=worker, pid=pid, lease_seconds=lease_seconds, given=given,
-                           params_given=params_given, checks=checks)
-        if quick is not None:
-            return quick
+    quick = None if checks is None else _claim_quickly(
+        job, job_id, slot, execution_date, trigger, execution_id, checks, forced=force or rerun,
+        celery_task_id=celery_task_id, worker=worker, pid=pid, lease_seconds=lease_seconds, given=given,
+        params_given=params_given)
+    if quick is not None:
+        return quick
     with transaction.atomic(), connection.cursor() as cursor:
         # 1. Lock the job's row and take the next fence in one statement.
         cursor.execute(
@@ -280,15 +269,28 @@ def begin(
 
 
 def _quick_checks(job: registry.Job, execution_id: int | None, force: bool, rerun: bool) -> tuple[bool, bool] | None:
-    """Which checks a one-statement claim makes (``quick_claims``): (the slot check, the overlap
-    check); None when only the full path may decide (a limit or a group, the ``rate_limited``
-    pattern, or a message's own execution sent forced or as a re-run)."""
+    """The checks a quick claim makes (``quick_claims``): (the slot check, the overlap check); None when
+    only the full path may decide (a limit, a group, ``rate_limited``, an own execution forced or re-run)."""
     if job.max_concurrency is not None or job.concurrency_group or job.pattern == enums.ExecutionPattern.RATE_LIMITED:
         return None
     if execution_id is not None and (force or rerun):
         return None
     slot_checked = job.pattern in (enums.ExecutionPattern.STANDARD, enums.ExecutionPattern.RERUN_ON_FAILURE)
     return slot_checked and not (force or rerun), job.exclusive
+
+
+def _claim_quickly(job: registry.Job, job_id: int, slot: dt.datetime, execution_date: dt.date, trigger: str,
+                   execution_id: int | None, checks: tuple[bool, bool], *, forced: bool, celery_task_id: str,
+                   worker: str, pid: int | None, lease_seconds: int, given: dict[str, Any] | None,
+                   params_given: bool) -> Claim | None:
+    """The message's own execution (``execution_id``) or a new one, claimed in one round trip; None:
+    the full path decides."""
+    if execution_id is not None:
+        return _claim_pending(job_id=job_id, execution_id=execution_id, slot=slot, celery_task_id=celery_task_id,
+                              worker=worker, pid=pid, lease_seconds=lease_seconds, checks=checks)
+    return _claim_new(job=job, job_id=job_id, slot=slot, execution_date=execution_date, trigger=trigger,
+                      forced=forced, celery_task_id=celery_task_id, worker=worker, pid=pid,
+                      lease_seconds=lease_seconds, given=given, params_given=params_given, checks=checks)
 
 
 def _claim_new(
@@ -307,22 +309,24 @@ def _claim_new(
     params_given: bool = False,
     checks: tuple[bool, bool] = (False, False),
 ) -> Claim | None:
-    """A new execution claimed in one statement (``quick_claims.new``); None: the full path decides."""
+    """A new execution claimed quickly (``quick_claims.new``); None: the full path decides."""
     row = quick_claims.new(job_id=job_id, code=job.code, name=job.name, slot=slot, execution_date=execution_date,
                            trigger=trigger, forced=forced, celery_task_id=celery_task_id, worker=worker, pid=pid,
                            lease_seconds=lease_seconds, given=given, params_given=params_given,
                            slot_checked=checks[0], exclusive=checks[1])
-    return None if row is None else Claim(outcome=S.RUNNING, execution_id=row[0], run_number=row[1], fence=row[2],
-                                          params=row[3])
+    return _claimed(row)
 
 
 def _claim_pending(*, job_id: int, execution_id: int, slot: dt.datetime, celery_task_id: str, worker: str,
                    pid: int | None, lease_seconds: int, checks: tuple[bool, bool]) -> Claim | None:
-    """The message's PENDING execution claimed in one statement (``quick_claims.pending``); None: the
-    full path decides."""
+    """The message's PENDING execution claimed quickly (``quick_claims.pending``); None: full path."""
     row = quick_claims.pending(job_id=job_id, execution_id=execution_id, slot=slot, celery_task_id=celery_task_id,
                                worker=worker, pid=pid, lease_seconds=lease_seconds, slot_checked=checks[0],
                                exclusive=checks[1])
+    return _claimed(row)
+
+
+def _claimed(row: quick_claims.Claimed | None) -> Claim | None:
     return None if row is None else Claim(outcome=S.RUNNING, execution_id=row[0], run_number=row[1], fence=row[2],
                                           params=row[3])
 
