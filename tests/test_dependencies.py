@@ -268,6 +268,106 @@ def test_the_reconciler_decides_a_slot_whose_upstreams_ended_before_the_edge_exi
     assert reconciler.run_pass().downstream == 0  # decided once
 
 
+def test_a_slot_waiting_for_an_upstream_that_a_deploy_removes_is_decided_by_the_others_at_that_deploy(
+        declare, queue):
+    """Found by the features model (tests/model/test_features_model.py): extract succeeded in a slot
+    while transform still ran it, so load waited for transform. A deploy then removed transform from
+    the code (load now runs after extract alone), and transform's run ended: a removed job's end decides
+    nothing, and extract's success was long over, so load's slot was never decided. Now the deploy that
+    drops the edge decides the slots that waited for it, and sends what runs."""
+    jobs_ = chain(declare)
+    (extract, extract_id), (transform, transform_id) = jobs_["extract"], jobs_["transform"]
+    load_id = jobs_["load"][1]
+    slot = db_now().replace(minute=0, second=0, microsecond=0) - dt.timedelta(hours=5)
+    CronJob.objects.filter(id=load_id).update(created_at=slot - dt.timedelta(days=1))
+    first = run(extract, extract_id, slot=slot)
+    running = begin(transform, transform_id, slot)
+    assert running.outcome == Status.RUNNING and of(load_id, slot) == []  # load waits for transform
+    with connection.cursor() as cursor:  # long ago: past the reconciler's look back at upstreams that ended
+        cursor.execute(f"UPDATE {executions.EXE} SET ended = now() - interval '3 hours' WHERE id = %s", [first])
+    registry.unregister(transform.name)
+    declare("dep-load", "DX3", after=["dep-extract"])  # the deploy's code: load after extract alone
+    schedule_sync.sync()
+    (down,) = of(load_id, slot)
+    assert (down.status, down.trigger, down.upstream_execution_id) == (Status.PENDING, Trigger.UPSTREAM, first)
+    assert [headers["cron_execution_id"] for headers in queue.headers()] == [down.id]  # sent by the deploy
+    assert finishes.finish(job_id=transform_id, execution_id=running.execution_id, fence=running.fence,
+                           status=Status.SUCCEEDED, message="", error_code="")
+    assert [r.id for r in of(load_id, slot)] == [down.id]  # the removed job's end decides nothing more
+    schedule_sync.sync()  # the next deploy: nothing waits any more
+    assert [r.id for r in of(load_id, slot)] == [down.id] and len(queue.headers()) == 1
+
+
+def _one_off_run(job: registry.Job, job_id: int, at: dt.datetime) -> int:
+    """A one-off run of ``job`` at ``at``, recorded, taken by a beat, claimed and succeeded."""
+    from cron_celery.decisions import oneoffs
+
+    recorded = oneoffs.record(job, job_id, at)
+    claim = begin(job, job_id, at, execution_id=recorded.execution_id, trigger=Trigger.ONE_OFF)
+    assert claim.outcome == Status.RUNNING, claim
+    assert finishes.finish(job_id=job_id, execution_id=recorded.execution_id, fence=claim.fence,
+                           status=Status.SUCCEEDED, message="", error_code="")
+    return recorded.execution_id
+
+
+def test_a_one_off_run_of_one_upstream_at_an_instant_the_others_have_gone_past_skips_the_slot_below(declare):
+    """Found by the features model: a one-off run of extract at 18:30 succeeded; transform runs on the
+    hour, its next slot was already past 18:30 and it had no run of it, so load's 18:30 waited for a
+    run that would never come. Now transform is named as the upstream that does not run the slot. One-off
+    runs of both at one instant still run load after both."""
+    jobs_ = chain(declare)
+    (extract, extract_id), (transform, transform_id) = jobs_["extract"], jobs_["transform"]
+    load_id = jobs_["load"][1]
+    schedule_sync.sync()  # their schedules on their rows
+    at = db_now().replace(minute=30, second=0, microsecond=0) + dt.timedelta(days=2)
+    CronJob.objects.filter(id__in=[extract_id, transform_id]).update(next_run_at=at + dt.timedelta(minutes=30))
+    first = _one_off_run(extract, extract_id, at)
+    (down,) = of(load_id, at)
+    assert (down.status, down.skip_reason, down.upstream_execution_id) == (Status.SKIPPED, SkipReason.UPSTREAM, first)
+    assert "upstream job dep-transform (DX2)" in down.message, down.message
+    (below,) = of(jobs_["report"][1], at)
+    assert (below.status, below.skip_reason) == (Status.SKIPPED, SkipReason.UPSTREAM)
+
+    both = at + dt.timedelta(days=1)
+    from cron_celery.decisions import oneoffs
+
+    CronJob.objects.filter(id__in=[extract_id, transform_id]).update(next_run_at=both + dt.timedelta(minutes=30))
+    waiting = oneoffs.record(transform, transform_id, both)  # recorded first: load waits for it
+    _one_off_run(extract, extract_id, both)
+    assert of(load_id, both) == []
+    claim = begin(transform, transform_id, both, execution_id=waiting.execution_id, trigger=Trigger.ONE_OFF)
+    assert finishes.finish(job_id=transform_id, execution_id=waiting.execution_id, fence=claim.fence,
+                           status=Status.SUCCEEDED, message="", error_code="")
+    (after_both,) = of(load_id, both)
+    assert (after_both.status, after_both.trigger) == (Status.PENDING, Trigger.UPSTREAM)
+
+
+def test_a_second_fan_in_below_a_downstream_that_ran_judges_the_slot_as_its_top_did(declare):
+    """Found in review of the features model's fix: report runs after load and audit (hourly); load ran a
+    slot its upstreams' beat slots made; audit's schedule had gone past that slot without running it.
+    Below the top of the chain the slot was judged by load's own trigger (UPSTREAM) and report waited for
+    ever; it is now judged as the beat's slot it started from: skipped, naming audit."""
+    made = {key: declare(f"dep-{key}", f"DY{n}", schedule=HOURLY) for n, key in enumerate(["extract", "audit"])}
+    made["load"] = declare("dep-load", "DY7", after=["dep-extract"])
+    made["report"] = declare("dep-report", "DY8", after=["dep-load", "dep-audit"])
+    dependencies.sync(list(made.values()))
+    schedule_sync.sync()
+    ids = {key: CronJob.objects.get(code=job.code).id for key, job in made.items()}
+    CronJob.objects.filter(id=ids["audit"]).update(next_run_at=SLOT + dt.timedelta(hours=1))
+    execution_id, _ = dispatch.enqueue(job=made["extract"], job_id=ids["extract"], slot=SLOT,
+                                       execution_date=SLOT.date(), trigger=Trigger.BEAT)
+    claim = begin(made["extract"], ids["extract"], SLOT, execution_id=execution_id, trigger=Trigger.BEAT)
+    assert finishes.finish(job_id=ids["extract"], execution_id=execution_id, fence=claim.fence,
+                           status=Status.SUCCEEDED, message="", error_code="")
+    (load_row,) = of(ids["load"])
+    claim = begin(made["load"], ids["load"], SLOT, execution_id=load_row.id, trigger=Trigger.UPSTREAM)
+    assert finishes.finish(job_id=ids["load"], execution_id=load_row.id, fence=claim.fence,
+                           status=Status.SUCCEEDED, message="", error_code="")
+    (report,) = of(ids["report"])
+    assert (report.status, report.skip_reason) == (Status.SKIPPED, SkipReason.UPSTREAM)
+    assert "upstream job dep-audit (DY1) went past this slot" in report.message, report.message
+
+
 def test_an_admin_edit_that_splits_the_upstreams_schedules_is_recorded_on_the_downstream(declare):
     jobs_ = chain(declare)
     schedule_sync.sync()

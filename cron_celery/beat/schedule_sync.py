@@ -23,6 +23,7 @@ import json
 import logging
 from typing import Any
 
+from celery import current_app
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 from django_celery_beat.models import CrontabSchedule, IntervalSchedule, PeriodicTask, PeriodicTasks
@@ -31,6 +32,7 @@ from cron_celery import exceptions, models, schedules, slots
 from cron_celery.beat import schedule_problems
 from cron_celery.decisions import audit, dependencies, edit_writes, executions, jobs, removals, tracked
 from cron_celery.declaring import registry
+from cron_celery.run import outcomes, tasks
 from cron_celery.tracking import rows, selection
 
 logger = logging.getLogger(__name__)
@@ -105,7 +107,7 @@ def sync(now: dt.datetime | None = None, *, source: str = audit.DEPLOY_SYNC) -> 
     taking_over = set(models.CronJob.objects.filter(code__in=list(declared), task__startswith=tracked.ALIAS)
                       .values_list("code", flat=True))
     job_ids = jobs.refresh_job_ids(list(declared.values()))
-    dependencies.sync(registry.all_jobs())  # the edges of after=, and the downstream jobs' rows
+    edges = dependencies.sync(registry.all_jobs())  # the edges of after=, and the downstream jobs' rows
     report.disabled += removals.sync(registry.all_jobs(), source=source).disabled  # gone from the code: retired
     known = {
         row["code"]: row
@@ -147,6 +149,9 @@ def sync(now: dt.datetime | None = None, *, source: str = audit.DEPLOY_SYNC) -> 
     while apply_edits(now):
         pass
     note_downstream()
+    # Last, with every job's row as this code has it: the slots left waiting for an upstream it dropped.
+    for execution_id in outcomes.decided_waiting(edges.dropped):
+        tasks.send_downstream(current_app, execution_id)
     return report
 
 

@@ -57,9 +57,27 @@ def declared_edges(declared: list[registry.Job]) -> list[tuple[registry.Job, reg
     return [(job, by_name[name]) for job in declared for name in job.after if name in by_name]
 
 
-def sync(declared: list[registry.Job]) -> int:
+#: How far back a deploy that drops an upstream looks for the slots that waited for it (``sync``).
+DROPPED_LOOK_BACK_DAYS = 7
+
+
+@dataclasses.dataclass(frozen=True)
+class Synced:
+    """What ``sync`` wrote: how many edges the declarations have, and the downstream jobs it dropped an
+    upstream of (the slots they left waiting for it are for ``decide_waiting``)."""
+
+    edges: int
+    dropped: list[int]
+
+
+def sync(declared: list[registry.Job]) -> Synced:
     """Write the edges of these declarations (their rows too) and drop the edges of any of them
-    that no longer names that upstream; returns how many edges they have."""
+    that no longer names that upstream (a deploy that removed it, or took it out of ``after=``).
+
+    A slot of such a downstream that waited for the dropped upstream (another upstream succeeded in
+    it; it has no execution yet) would wait forever: nothing that upstream does decides it any more.
+    The deploy's schedule sync decides them (``decide_waiting``); a worker's start does not (a worker
+    of the old code may start after the new beat, and drop the new code's edges)."""
     edges = declared_edges(declared)
     involved = list({job.code: job for pair in edges for job in pair}.values())
     ids = jobs.refresh_job_ids(involved) if involved else {}
@@ -72,9 +90,11 @@ def sync(declared: list[registry.Job]) -> int:
             DELETE FROM {DEP} AS d USING {JOB} AS j
             WHERE j.id = d.downstream_id AND j.code = ANY(%s)
               AND (d.downstream_id, d.upstream_id) NOT IN (SELECT * FROM unnest(%s::bigint[], %s::bigint[]))
+            RETURNING d.downstream_id
             """,
             [codes, downs, ups],
         )
+        dropped = sorted({int(row[0]) for row in cursor.fetchall()})
         cursor.execute(
             f"""
             INSERT INTO {DEP} (downstream_id, upstream_id)
@@ -83,7 +103,35 @@ def sync(declared: list[registry.Job]) -> int:
             """,
             [downs, ups],
         )
-    return len(edges)
+    return Synced(edges=len(edges), dropped=dropped)
+
+
+def decide_waiting(downstream_ids: list[int]) -> list[int]:
+    """The slots of these downstream jobs (each lost an upstream) that an upstream left succeeded in, with
+    no execution of the downstream yet — slots within ``DROPPED_LOOK_BACK_DAYS`` whose success came after
+    the downstream's row was made — each decided for that downstream alone as that success would decide
+    it now (``cron_celery_after`` with the downstream named: sent, still waiting for another upstream,
+    or skipped naming the one that will never run it; never a cascade). Returns the upstream executions
+    that decided something."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            SELECT e.id, cron_celery_after(e.ended, e.downstream) FROM (
+                SELECT DISTINCT ON (d.downstream_id, u.slot) u.id, u AS ended, d.downstream_id AS downstream
+                FROM {DEP} AS d
+                JOIN {JOB} AS down ON down.id = d.downstream_id
+                JOIN {EXE} AS u ON u.job_id = d.upstream_id
+                WHERE d.downstream_id = ANY(%(downs)s) AND down.removed_at IS NULL
+                  AND u.slot >= now() - make_interval(days => %(days)s)  -- the (job, slot) index
+                  AND u.status = 'SUCCEEDED' AND NOT u.params_given AND u.ended > down.created_at
+                  AND NOT EXISTS (SELECT 1 FROM {EXE} AS x WHERE x.job_id = d.downstream_id AND x.slot = u.slot
+                                  AND NOT x.params_given)
+                ORDER BY d.downstream_id, u.slot, u.id) AS e
+            ORDER BY e.id
+            """,
+            {"downs": downstream_ids, "days": DROPPED_LOOK_BACK_DAYS},
+        )
+        return [int(row[0]) for row in cursor.fetchall() if row[1]]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -389,6 +389,8 @@ def _worker_ready(**kwargs: Any) -> None:
     global _timer
     try:  # the edges of after= as this worker's code declares them (the beat writes them too)
         dependencies.sync(registry.all_jobs())
+        # (A slot left waiting for an upstream it drops is not decided here: a worker of the old code may
+        # start after the new beat. That is the deploy's schedule sync's, ``outcomes.decided_waiting``.)
         # (Jobs it does not declare are not retired here: in a rollout, a worker of the old code may
         # start after the new beat. That is the deploy's schedule sync's, ``removals``.)
     except DatabaseError as error:

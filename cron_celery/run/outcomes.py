@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as dt
+from collections.abc import Callable
 from typing import Any
 
 from django.db import transaction
@@ -228,9 +229,20 @@ def decided_late(batch: int, grace: float) -> list[int]:
     had no decision are decided now, with what the listeners record of the skips that writes, in
     its transaction; the skips are announced after the commit. Returns the ids of the upstream
     executions that decided something (those that succeeded have downstream executions to send)."""
+    return _decided_now(lambda: dependencies.undecided(batch, grace))
+
+
+def decided_waiting(downstream_ids: list[int]) -> list[int]:
+    """``dependencies.decide_waiting`` (a deploy's schedule sync, for the downstream jobs it dropped an
+    upstream of), recorded and announced as ``decided_late`` does; returns the upstream executions
+    that decided something (their downstream executions to send)."""
+    return _decided_now(lambda: dependencies.decide_waiting(downstream_ids)) if downstream_ids else []
+
+
+def _decided_now(decide: Callable[[], list[int]]) -> list[int]:
     below: list[events.Ended] = []
     with transaction.atomic():
-        decided = dependencies.undecided(batch, grace)
+        decided = decide()
         if decided:
             below = _record_all(_as_events(dependencies.skipped_below(decided, written_now=True)))
     _announce_all(below)

@@ -21,6 +21,8 @@ import redis
 from celery.exceptions import Retry, SoftTimeLimitExceeded
 from django.conf import settings
 from django.db import connection, transaction
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, rule
 
 from cron_celery import TrackedTask, models, reconciler
 from cron_celery.decisions import dispatch as cron_dispatch
@@ -49,7 +51,11 @@ SETTINGS = {
 #: finds a slot the beat did not dispatch (that step has tests of its own).
 BASE_SLOT = dt.datetime(2031, 3, 1, tzinfo=dt.UTC)
 WAIT = 60.0  # generous: the machine is shared
-DELIVER_ALERT = "cron_celery.deliver_alert"
+#: Which of the things on hand (queued messages, running bodies...) a rule takes: an index, taken
+#: modulo the number on hand. How many there are may depend on which of two racing workers won, so
+#: a replay must not draw from a list of that length (Hypothesis would see a different draw).
+PICK = st.integers(0, 63)
+INTERNAL = "cron_celery."  # the package's own tasks (alert deliveries): not the model's
 
 #: The jobs of the model: every pattern, both overlap policies, retries on some.
 SPECS = [
@@ -236,14 +242,14 @@ def _parse(raw: bytes) -> Message:
 
 
 def queued() -> list[Message]:
-    """The job messages in the session's queue (alert deliveries are dropped: the alert rows are
-    what the model checks)."""
+    """The job messages in the session's queue (the package's own, alert deliveries, are dropped: the
+    alert rows are what the model checks)."""
     name = settings.CELERY_TASK_DEFAULT_QUEUE
     messages = []
     for raw in reversed(broker().lrange(name, 0, -1)):
         assert isinstance(raw, bytes)
         message = _parse(raw)
-        if message.task == DELIVER_ALERT:
+        if message.task.startswith(INTERNAL):
             broker().lrem(name, 1, raw)  # type: ignore[arg-type]  # redis-py takes bytes too
             continue
         messages.append(message)
@@ -258,6 +264,27 @@ def queued() -> list[Message]:
 def take(message: Message) -> bool:
     """Take one message off the queue, as a worker receives it."""
     return bool(broker().lrem(settings.CELERY_TASK_DEFAULT_QUEUE, 1, message.raw))  # type: ignore[arg-type]
+
+
+def take_one(history: list[Message], index: int) -> Message | None:
+    """Take the ``index``-th queued message (counting round) off the queue and add it to ``history``;
+    None when the queue is empty."""
+    messages = queued()
+    if not messages:
+        return None
+    message = messages[index % len(messages)]
+    assert take(message)
+    history.append(message)
+    return message
+
+
+def take_all(history: list[Message]) -> list[Message]:
+    """Take every message off the queue (each added to ``history``), to deliver them all."""
+    messages = queued()
+    for message in messages:
+        assert take(message)
+        history.append(message)
+    return messages
 
 
 def deliver(jobs: Jobs, message: Message) -> Callable[[], Any]:
@@ -348,12 +375,16 @@ class RowHolder(threading.Thread):
         self.backend_pid: int | None = None
         self.raised: BaseException | None = None
 
+    def hold(self, cursor: Any) -> None:
+        """What the transaction does before it waits (it holds what that locked)."""
+        cursor.execute(self.statement, self.params)
+
     def run(self) -> None:
         try:
             with transaction.atomic(), connection.cursor() as cursor:
                 cursor.execute("SELECT pg_backend_pid()")
                 self.backend_pid = int(cursor.fetchone()[0])
-                cursor.execute(self.statement, self.params)
+                self.hold(cursor)
                 self.locked.set()
                 assert self.release.wait(WAIT)
         except BaseException as exc:
@@ -420,17 +451,31 @@ class Row:
     error_code: str
 
 
-def rows() -> list[Row]:
+#: The columns of a ``Row``, in its order.
+ROW_COLUMNS = ("id, job_id, slot, run_number, status, trigger, skip_reason, forced, force, retry_count, fence,"
+               " status = 'RUNNING' AND lease_until > now(), waiting_since IS NOT NULL, attempts, celery_task_id,"
+               " error_code")
+
+
+def read_rows(columns: str = ROW_COLUMNS) -> list[tuple[Any, ...]]:
+    """Every execution's ``columns``, oldest first (``attempts``, the 14th, read from its JSON)."""
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"""SELECT id, job_id, slot, run_number, status, trigger, skip_reason, forced, force, retry_count, fence,
-                       status = 'RUNNING' AND lease_until > now(), waiting_since IS NOT NULL, attempts,
-                       celery_task_id, error_code
-                FROM {EXE} ORDER BY id"""
-        )
+        cursor.execute(f"SELECT {columns} FROM {EXE} ORDER BY id")
         found = cursor.fetchall()
-    return [Row(*(item if i != 13 else (json.loads(item) if isinstance(item, str) else item) for i, item in
-                  enumerate(values))) for values in found]
+    return [tuple(item if i != 13 else (json.loads(item) if isinstance(item, str) else item)
+                  for i, item in enumerate(values)) for values in found]
+
+
+def rows() -> list[Row]:
+    return [Row(*values) for values in read_rows()]
+
+
+def claim_fences(row: Row) -> list[int]:
+    """The fence of each claim of an execution, in order: its ``attempts`` history, or, while that
+    is empty (a first attempt never retried, taken over or superseded), the row's own fence."""
+    if row.attempts:
+        return [int(entry["fence"]) for entry in row.attempts]
+    return [row.fence] if row.fence is not None else []
 
 
 @dataclasses.dataclass(frozen=True)
@@ -474,3 +519,67 @@ class Held:
         for worker in self.workers:
             if worker.entered.is_set() and not worker.done.is_set():
                 yield worker
+
+    def end_all(self) -> None:
+        """Let every body still running end, and wait for every thread."""
+        for worker in list(self.running()):
+            worker.commands.put("ok")
+        for worker in self.workers:
+            worker.join(WAIT)
+
+
+class Machine(RuleBasedStateMachine):
+    """What the model tests' state machines share: the threads an example started, the messages
+    workers received, and the drain at the end of each example (each machine says what a delivery
+    and the end of a run are checked against)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held = Held()
+        self.history: list[Message] = []  # every message a worker received
+        self.ready = False  # the example's world is made: ``drain`` runs at its end
+
+    def drain(self) -> None:
+        raise NotImplementedError
+
+    def teardown(self) -> None:
+        try:
+            if self.ready:
+                self.drain()
+        finally:
+            self.held.end_all()
+
+    def _deliver(self, message: Message) -> Any:
+        raise NotImplementedError
+
+    def _end_run(self, worker: Worker, result: str) -> None:
+        raise NotImplementedError
+
+    def settle_everything(self) -> bool:
+        """Let every running body end ok and deliver every queued message; whether anything moved."""
+        running = list(self.held.running())
+        for worker in running:
+            self._end_run(worker, "ok")
+        messages = take_all(self.history)
+        for message in messages:
+            self._deliver(message)
+        return bool(running or messages)
+
+
+def delivery_rules() -> tuple[Any, Any]:
+    """The rules of a worker receiving a message, for a ``Machine`` (set in its class body where the
+    rules are listed: their place there is part of what a fixed-seed profile draws)."""
+
+    @rule(index=PICK)
+    def deliver(self: Machine, index: int) -> None:
+        message = take_one(self.history, index)
+        if message is not None:
+            self._deliver(message)
+
+    @rule(index=PICK)
+    def deliver_again(self: Machine, index: int) -> None:
+        """A broker redelivers a message a worker already received."""
+        if self.history:
+            self._deliver(self.history[index % len(self.history)])
+
+    return deliver, deliver_again

@@ -29,7 +29,6 @@ from django.test import override_settings
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
-    RuleBasedStateMachine,
     initialize,
     invariant,
     rule,
@@ -44,10 +43,7 @@ from tests.model.reference import CAPPED, CLAIM, DUPLICATE, FINAL, GIVE_UP, SKIP
 
 RESULTS = st.sampled_from(["ok", "fail", "logical", "timeout"])
 KEYS = st.sampled_from([spec.key for spec in h.SPECS])
-#: Which of the things on hand (queued messages, running bodies...) a rule takes: an index, taken
-#: modulo the number on hand. How many there are may depend on which of two racing workers won, so
-#: a replay must not draw from a list of that length (Hypothesis would see a different draw).
-PICK = st.integers(0, 63)
+PICK = h.PICK
 OVERLAPPING = ("OVERLAP", "LOCK_UNAVAILABLE")
 LOST_OR_CAPPED = "LOST_OR_CAPPED"
 #: What the run did: examples, steps, and how often each kind of outcome was checked (printed at the end).
@@ -101,7 +97,7 @@ def same_reason(expected: str, actual: str) -> bool:
     return expected == actual or (expected in OVERLAPPING and actual in OVERLAPPING)
 
 
-class Protocol(RuleBasedStateMachine):
+class Protocol(h.Machine):
     """One example: the model's jobs from scratch, real operations, rows checked after each step."""
 
     jobs: h.Jobs  # set by the test before the machine runs
@@ -109,10 +105,7 @@ class Protocol(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.model = Model(h.SPECS)
-        self.held = h.Held()
-        self.history: list[h.Message] = []  # every message a worker received
         self.on_worker: dict[h.Worker, bool] = {}
-        self.ready = False
 
     @initialize()
     def fresh_world(self) -> None:
@@ -179,6 +172,9 @@ class Protocol(RuleBasedStateMachine):
                               force=bool(message.headers.get(tasks.HEADER_FORCE)),
                               rerun=bool(message.headers.get(tasks.HEADER_RERUN)))
         assert not problem, problem
+
+    def _end_run(self, worker: h.Worker, result: str) -> None:
+        self._finish(worker, result)
 
     def _finish(self, worker: h.Worker, result: str) -> None:
         run = worker.run_info
@@ -264,21 +260,7 @@ class Protocol(RuleBasedStateMachine):
     # No rule has a precondition on what is on hand: which rules can run would then depend on races,
     # and a replay would draw differently. A rule with nothing to act on does nothing.
 
-    @rule(index=PICK)
-    def deliver(self, index: int) -> None:
-        messages = h.queued()
-        if not messages:
-            return
-        message = pick(messages, index)
-        assert h.take(message)
-        self.history.append(message)
-        self._deliver(message)
-
-    @rule(index=PICK)
-    def deliver_again(self, index: int) -> None:
-        """A broker redelivers a message a worker already received."""
-        if self.history:
-            self._deliver(pick(self.history, index))
+    deliver, deliver_again = h.delivery_rules()
 
     @rule(one=PICK, other=PICK)
     def two_workers_at_once(self, one: int, other: int) -> None:
@@ -467,20 +449,14 @@ class Protocol(RuleBasedStateMachine):
     def drain(self) -> None:
         """Deliver every outstanding message, end every run, expire and reconcile, until nothing moves:
         then nothing may stay open."""
+        STATS["examples"] += 1
         for key, job in self.model.jobs.items():
             if job.paused:
                 self.pause_or_resume(key, False)
         for _ in range(60):
-            running = list(self.held.running())
-            for worker in running:
-                self._finish(worker, "ok")
-            messages = h.queued()
-            for message in messages:
-                assert h.take(message)
-                self.history.append(message)
-                self._deliver(message)
+            moved = self.settle_everything()
             check(self.model, self.jobs)
-            if running or messages:
+            if moved:
                 continue
             if not any(exe.open for exe in self.model.exes.values()):
                 break
@@ -494,25 +470,9 @@ class Protocol(RuleBasedStateMachine):
         still_open = [row for row in h.rows() if row.status in ("PENDING", "RUNNING", "RETRYING")]
         assert not still_open, f"open after everything was delivered and reconciled: {still_open}"
 
-    def teardown(self) -> None:
-        STATS["examples"] += 1
-        try:
-            if self.ready:
-                self.drain()
-        finally:
-            for worker in self.held.workers:
-                if worker.entered.is_set() and not worker.done.is_set():
-                    worker.commands.put("ok")
-            for worker in self.held.workers:
-                worker.join(h.WAIT)
 
 
-def claim_fences(row: h.Row) -> list[int]:
-    """The fence of each claim of an execution, in order: its ``attempts`` history, or, while that
-    is empty (a first attempt never retried, taken over or superseded), the row's own fence."""
-    if row.attempts:
-        return [int(entry["fence"]) for entry in row.attempts]
-    return [row.fence] if row.fence is not None else []
+claim_fences = h.claim_fences
 
 
 def check(model: Model, jobs: h.Jobs) -> None:
