@@ -58,6 +58,9 @@ BUFFERED_TRIGGERS = frozenset({enums.Trigger.BACKFILL, enums.Trigger.CATCH_UP, e
                                enums.Trigger.ADMIN, enums.Trigger.UPSTREAM, enums.Trigger.ONE_OFF})
 
 
+#: The patterns whose slot is checked: a slot runs once (``standard``), or until it succeeds.
+SLOT_CHECKED = (enums.ExecutionPattern.STANDARD, enums.ExecutionPattern.RERUN_ON_FAILURE)
+
 def waits_its_turn(job: registry.Job, state: dict[str, Any]) -> bool:
     """Whether this execution, once its row exists, waits rather than being skipped when it meets a
     live run of its job (or, unforced, a paused job): a run somebody asked for (``BUFFERED_TRIGGERS``),
@@ -102,8 +105,7 @@ def _decide(
     if paused and not force:
         return enums.SkipReason.PAUSED
     if not (force or rerun or attempted):
-        if job.pattern in (enums.ExecutionPattern.STANDARD,
-                           enums.ExecutionPattern.RERUN_ON_FAILURE):
+        if job.pattern in SLOT_CHECKED:
             if state["live"]:
                 return enums.SkipReason.ALREADY_RUNNING
             if state["succeeded"]:
@@ -122,7 +124,8 @@ def _decide(
 def _supersede(cursor: Any, job_id: int, stale: list[int], fence: int) -> None:
     """This claim runs a job with a limit (exclusive, or ``max_concurrency``) while another of its
     runs is RUNNING with an expired lease (its worker froze, or lost the database, and did not
-    renew): that run no longer owns the job. It takes this claim's fence, so its heartbeat and
+    renew): that run no longer owns the job. (Or it runs a slot of a slot-checked job whose earlier
+    run of the slot is such a run: that one no longer owns the slot.) It takes this claim's fence, so its heartbeat and
     final write, which carry the old one, are refused (FENCED, its run told to stop), and two
     runs of the job are never both recorded. Its row stays RUNNING with the expired lease: the reconciler ends it
     (``LEASE_EXPIRED``, retried by the job's policy) as it would have without this claim.
@@ -170,10 +173,7 @@ def _needs_state(job: registry.Job, execution_id: int | None, force: bool, rerun
         return True
     if job.limit is not None or job.concurrency_group:
         return True
-    slot_checked = job.pattern in (
-        enums.ExecutionPattern.STANDARD, enums.ExecutionPattern.RERUN_ON_FAILURE
-    )
-    return slot_checked and not (force or rerun)
+    return job.pattern in SLOT_CHECKED and not (force or rerun)
 
 
 SKIP_MESSAGES: dict[str, str] = {
@@ -253,8 +253,10 @@ def begin(
                           worker=worker, pid=pid, given=given, params_given=params_given)
         if held is not None:
             return held
-        if state["job_stale"] and (job.limit is not None or job.concurrency_group):
-            _supersede(cursor, job_id, list(state["stale_ids"] or []), fence)
+        stale = (state["stale_ids"] if job.limit is not None or job.concurrency_group  # a stale run it replaces
+                 else state["slot_stale_ids"] if job.pattern in SLOT_CHECKED else None)  # (or the slot's)
+        if stale:
+            _supersede(cursor, job_id, list(stale), fence)
         if execution_id is not None:
             return _take_row(cursor, execution_id, fence, lease_seconds, worker, pid, celery_task_id)
         new_id, run_number = executions.insert(
@@ -275,8 +277,7 @@ def _quick_checks(job: registry.Job, execution_id: int | None, force: bool, reru
         return None
     if execution_id is not None and (force or rerun):
         return None
-    slot_checked = job.pattern in (enums.ExecutionPattern.STANDARD, enums.ExecutionPattern.RERUN_ON_FAILURE)
-    return slot_checked and not (force or rerun), job.exclusive
+    return job.pattern in SLOT_CHECKED and not (force or rerun), job.exclusive
 
 
 def _claim_quickly(job: registry.Job, job_id: int, slot: dt.datetime, execution_date: dt.date, trigger: str,

@@ -16,7 +16,8 @@ def nothing_seen() -> dict[str, Any]:
     """The state of a claim that needs no reading (a new run no check applies to)."""
     return {"succeeded": False, "failed": False, "live": False, "stale": False, "job_live": False,
             "own_status": None, "own_live": False, "own_forced": False, "own_retries": None, "own_trigger": None,
-            "own_force": False, "blocker": None, "job_stale": False, "live_count": 0, "stale_ids": None}
+            "own_force": False, "blocker": None, "job_stale": False, "live_count": 0, "stale_ids": None,
+            "slot_stale_ids": None}
 
 
 def read(cursor: Any, job_id: int, slot: dt.datetime, me: int) -> dict[str, Any]:
@@ -46,7 +47,9 @@ def read(cursor: Any, job_id: int, slot: dt.datetime, me: int) -> dict[str, Any]
           bool_or(id <> %(me)s AND status = 'RUNNING' AND lease_until <= now()),
           count(*) FILTER (WHERE id <> %(me)s AND status = 'RUNNING' AND lease_until > now()),
           array_agg(id) FILTER (WHERE id <> %(me)s AND status = 'RUNNING' AND lease_until <= now()),
-          bool_or(id = %(me)s AND params_given)
+          bool_or(id = %(me)s AND params_given),
+          array_agg(id) FILTER (WHERE id <> %(me)s AND slot = %(slot)s AND NOT params_given AND status = 'RUNNING'
+                                AND lease_until <= now())
         FROM {EXE}
         WHERE job_id = %(job)s AND (slot = %(slot)s OR status = 'RUNNING' OR id = %(me)s)
         """,
@@ -55,6 +58,6 @@ def read(cursor: Any, job_id: int, slot: dt.datetime, me: int) -> dict[str, Any]
     row = cursor.fetchone()
     keys = ("succeeded", "failed", "live", "stale", "job_live", "own_status", "own_live", "own_forced",
             "own_retries", "own_trigger", "own_force", "blocker", "job_stale", "live_count", "stale_ids",
-            "own_params_given")
-    kept = ("own_status", "own_retries", "own_trigger", "blocker", "live_count", "stale_ids")
+            "own_params_given", "slot_stale_ids")
+    kept = ("own_status", "own_retries", "own_trigger", "blocker", "live_count", "stale_ids", "slot_stale_ids")
     return {key: row[i] if key in kept else (row[i] or False) for i, key in enumerate(keys)}

@@ -185,18 +185,22 @@ class Model:
             return Decision(SKIP, job.spec.over_limit)
         return Decision(CLAIM)
 
-    def claimed(self, exe: Exe, fence: int) -> None:
+    def claimed(self, exe: Exe, fence: int, *, slot_read: bool = True) -> None:
         """The claim ran: RUNNING with a new fence; a takeover counts as another attempt.
 
         As ``claims._supersede``: a claim of a job with a limit supersedes every other RUNNING
-        execution of the job whose lease expired (and whose fence is smaller): that one takes this
-        claim's fence, so its late heartbeat and finish are refused; it stays RUNNING until the
-        reconciler ends it. Its own claims (its ``attempts`` history) keep the fences it ran under.
+        execution of the job whose lease expired (and whose fence is smaller); a claim of a
+        slot-checked job that read its slot (``slot_read``: not a new forced or re-run one), those of
+        its slot. That one takes this claim's fence, so its late heartbeat and finish are refused; it
+        stays RUNNING until the reconciler ends it. Its own claims (its ``attempts`` history) keep the
+        fences it ran under.
         """
         job = self.jobs[exe.job]
-        if job.spec.limit is not None:
+        by_slot = job.spec.limit is None and job.spec.slot_checked and slot_read
+        if job.spec.limit is not None or by_slot:
             for other in self.of_job(exe.job):
-                if other.id != exe.id and other.status == "RUNNING" and not other.live and (other.fence or 0) < fence:
+                if (other.id != exe.id and other.status == "RUNNING" and not other.live and (other.fence or 0) < fence
+                        and (not by_slot or other.slot == exe.slot)):
                     other.fence = fence
         if exe.status == "RUNNING":
             exe.retry_count += 1

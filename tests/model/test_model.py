@@ -145,7 +145,7 @@ class Protocol(h.Machine):
             job = model.jobs[exe.job]
             if actual.fence <= job.top_fence:
                 return f"fence {actual.fence} of execution {exe.id} is not larger than {job.top_fence}"
-            model.claimed(exe, actual.fence)
+            model.claimed(exe, actual.fence, slot_read=execution_id is not None or not (force or rerun))
         elif actual.kind == SKIP:
             assert exe is not None
             model.skipped(exe, actual.reason)

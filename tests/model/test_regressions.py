@@ -133,3 +133,23 @@ def _two_outages(job: registry.Job, job_id: int) -> None:
     assert claim.claimed  # it started (and still runs)
     beat_back_late(SLOT + 2 * hour, SLOT + 3 * hour, SLOT + 2 * hour)
     assert Alert.objects.filter(job_id=job_id, event="MISSED").count() == 2
+
+
+def test_a_frozen_run_of_a_rerun_on_failure_slot_is_fenced_once_the_slot_runs_again() -> None:
+    """Found by the model (a fixed-seed draw after its rules moved): a ``rerun_on_failure`` job
+    without a limit (overlap ``allow``) ran a slot; its worker froze past the lease. Its slot counts
+    as not in flight, so a new run of the slot was claimed and succeeded; then the frozen worker
+    came back and its success was recorded too: the slot succeeded twice, neither forced. The new
+    claim of the slot now supersedes the frozen run, as a claim of a job with a limit does."""
+    job, job_id = make_job("rerun_on_failure", "allow")
+    frozen = claims.begin(job=job, job_id=job_id, slot=SLOT, execution_date=SLOT.date(), trigger=Trigger.MANUAL,
+                          lease_seconds=60)
+    assert frozen.claimed and frozen.execution_id is not None and frozen.fence is not None
+    expire_lease(frozen.execution_id)
+    again = claims.begin(job=job, job_id=job_id, slot=SLOT, execution_date=SLOT.date(), trigger=Trigger.MANUAL,
+                         lease_seconds=60)
+    assert again.claimed and again.execution_id is not None
+    assert finishes.finish(job_id=job_id, execution_id=again.execution_id, fence=again.fence, status="SUCCEEDED")
+    assert not finishes.finish(job_id=job_id, execution_id=frozen.execution_id, fence=frozen.fence,
+                               status="SUCCEEDED"), "the frozen run's late success was recorded"
+    assert CronExecution.objects.filter(job_id=job_id, slot=SLOT, status="SUCCEEDED").count() == 1
