@@ -73,9 +73,9 @@ def test_a_heartbeat_renewing_a_stale_run_while_the_next_run_is_claimed_leaves_o
     renewed: list[Any] = []
     stale_id, stale_fence = first.execution_id, first.fence
 
-    def racing(cursor: Any, job_id_: int, stale: list[int], fence: int) -> None:
+    def racing(cursor: Any, job_: Any, job_id_: int, state: dict[str, Any], fence: int) -> None:
         renewed.append(_in_thread(lambda: heartbeats.heartbeat(stale_id, stale_fence, 60)))
-        real(cursor, job_id_, stale, fence)
+        real(cursor, job_, job_id_, state, fence)
 
     monkeypatch.setattr(claims, "_supersede", racing)
     later = SLOT + dt.timedelta(hours=1)

@@ -121,20 +121,23 @@ def _decide(
     return ""
 
 
-def _supersede(cursor: Any, job_id: int, stale: list[int], fence: int) -> None:
-    """This claim runs a job with a limit (exclusive, or ``max_concurrency``) while another of its
-    runs is RUNNING with an expired lease (its worker froze, or lost the database, and did not
-    renew): that run no longer owns the job. (Or it runs a slot of a slot-checked job whose earlier
-    run of the slot is such a run: that one no longer owns the slot.) It takes this claim's fence, so its heartbeat and
-    final write, which carry the old one, are refused (FENCED, its run told to stop), and two
-    runs of the job are never both recorded. Its row stays RUNNING with the expired lease: the reconciler ends it
-    (``LEASE_EXPIRED``, retried by the job's policy) as it would have without this claim.
+def _supersede(cursor: Any, job: registry.Job, job_id: int, state: dict[str, Any], fence: int) -> None:
+    """This claim runs a job with a limit (exclusive, ``max_concurrency``, a group) while another of its
+    runs is RUNNING with an expired lease (its worker froze, or lost the database, and did not renew):
+    that run no longer owns the job. Or it runs a slot of a slot-checked job whose earlier run of the
+    slot is such a run: that one no longer owns the slot. It takes this claim's fence, so its heartbeat
+    and final write, which carry the old one, are refused (FENCED, its run told to stop), and two runs
+    of the job (of the slot) are never both recorded. Its row stays RUNNING with the expired lease: the
+    reconciler ends it (``LEASE_EXPIRED``, retried by the job's policy) as it would have without this claim.
 
-    Every RUNNING row of the job that was stale when the claim looked (``stale``) is superseded,
-    not only those whose lease is still expired now: a heartbeat that renewed one since (it takes
-    no job lock) must not leave the job with two live runs (or more than its limit): its lease is
-    ended too. A run that was live when the claim looked (a ``max_concurrency`` job's) is not
-    touched."""
+    Every such row that was stale when the claim looked (``state``) is superseded, not only those whose
+    lease is still expired now: a heartbeat that renewed one since (it takes no job lock) must not leave
+    the job with two live runs (or more than its limit): its lease is ended too. A run that was live
+    when the claim looked (a ``max_concurrency`` job's) is not touched."""
+    stale = (state["stale_ids"] if job.limit is not None or job.concurrency_group
+             else state["slot_stale_ids"] if job.pattern in SLOT_CHECKED else None)
+    if not stale:
+        return
     # Its history keeps the fence it ran under: a first attempt (no history yet) gets its entry now.
     cursor.execute(
         f"""
@@ -144,7 +147,7 @@ def _supersede(cursor: Any, job_id: int, stale: list[int], fence: int) -> None:
                                                           'worker', worker, 'pid', pid, 'fence', fence)) END
         WHERE job_id = %(job)s AND id = ANY(%(stale)s) AND status = 'RUNNING' AND fence < %(fence)s
         """,
-        {"fence": fence, "job": job_id, "stale": stale},
+        {"fence": fence, "job": job_id, "stale": list(stale)},
     )
 
 
@@ -253,10 +256,7 @@ def begin(
                           worker=worker, pid=pid, given=given, params_given=params_given)
         if held is not None:
             return held
-        stale = (state["stale_ids"] if job.limit is not None or job.concurrency_group  # a stale run it replaces
-                 else state["slot_stale_ids"] if job.pattern in SLOT_CHECKED else None)  # (or the slot's)
-        if stale:
-            _supersede(cursor, job_id, list(stale), fence)
+        _supersede(cursor, job, job_id, state, fence)  # a stale run this one replaces
         if execution_id is not None:
             return _take_row(cursor, execution_id, fence, lease_seconds, worker, pid, celery_task_id)
         new_id, run_number = executions.insert(
