@@ -13,7 +13,7 @@ a deploy. After every step the rows are checked against what each feature must k
 and nothing may stay open nor any upstream slot stay undecided downstream.
 
 Profiles as the claim protocol's model (tests/model/profiles.py): ``model-ci`` by default, with
-``CRON_FEATURES_EXAMPLES`` examples (20), and ``long`` with ``--hypothesis-profile=long``.
+``CRON_FEATURES_EXAMPLES`` examples (10), and ``long`` with ``--hypothesis-profile=long``.
 """
 
 from __future__ import annotations
@@ -313,7 +313,7 @@ class Features(h.Machine):
 def _profile() -> settings:
     if settings.get_current_profile_name() == "default":
         return settings(settings.get_profile("model-ci"),
-                        max_examples=int(os.environ.get("CRON_FEATURES_EXAMPLES", "20")))
+                        max_examples=int(os.environ.get("CRON_FEATURES_EXAMPLES", "10")))
     return settings()
 
 
