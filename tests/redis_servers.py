@@ -57,6 +57,14 @@ class RedisServer:
                 time.sleep(0.05)
         raise RuntimeError(f"redis-server on port {self.port} did not start")
 
+    def forget(self) -> None:
+        """Delete what a persistent server wrote (with the server stopped): its next start is empty."""
+        for path in sorted(self.workdir.rglob("*"), reverse=True):
+            if path.is_dir():
+                path.rmdir()
+            else:
+                path.unlink()
+
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()

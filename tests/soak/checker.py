@@ -9,115 +9,37 @@ docs/reliability.md describe.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import itertools
-import json
 import re
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+from tests.soak import feature_checks
 from tests.soak import spec as specs
-
-OPEN = ("PENDING", "RUNNING", "RETRYING")
-BODY_STATUSES = ("SUCCEEDED", "FAILED", "TIMED_OUT")
-FAILURES = ("FAILED", "TIMED_OUT", "LOST")
-DISPATCH_MISSED = "Missed: the scheduler did not dispatch this slot in time."
-TAKEN_OVER = "taken over after its lease expired"
-
-
-@dataclasses.dataclass
-class Row:
-    id: int
-    job: str
-    slot: dt.datetime
-    run_number: int
-    status: str
-    trigger: str
-    skip_reason: str
-    created_at: dt.datetime
-    started: dt.datetime | None
-    ended: dt.datetime | None
-    fence: int | None
-    retry_count: int
-    attempts: list[dict[str, Any]]
-    error_code: str
-    message: str
-    republished: int
-
-    @property
-    def spec(self) -> specs.JobSpec:
-        return specs.BY_CODE[self.job]
-
-    def claims(self) -> list[dict[str, Any]]:
-        """Every attempt this execution had: the ``attempts`` history, else its own columns."""
-        if self.attempts:
-            return self.attempts
-        if self.fence is None:
-            return []
-        return [{"attempt": 1, "fence": self.fence, "status": self.status, "started": self.started,
-                 "ended": self.ended, "error_code": self.error_code, "message": self.message}]
-
-
-@dataclasses.dataclass
-class Result:
-    anomalies: dict[str, list[str]] = dataclasses.field(default_factory=lambda: defaultdict(list))
-    notes: Counter[str] = dataclasses.field(default_factory=Counter)
-    statuses: Counter[str] = dataclasses.field(default_factory=Counter)
-    slots: int = 0
-    bodies: int = 0
-    alerts: int = 0
-
-    def flag(self, kind: str, row: Row | int | None, why: str) -> None:
-        ident = row.id if isinstance(row, Row) else row
-        self.anomalies[kind].append(f"execution {ident}: {why}" if ident is not None else why)
-
-
-def _time(value: Any) -> dt.datetime | None:
-    if value is None or isinstance(value, dt.datetime):
-        return value
-    return dt.datetime.fromisoformat(str(value))
-
-
-def load_rows(cursor: Any) -> list[Row]:
-    cursor.execute(
-        """SELECT id, task_code, slot, run_number, status, trigger, skip_reason, created_at, started, ended, fence,
-                  retry_count, attempts, error_code, message, republished
-           FROM cron_celery_cronexecution ORDER BY task_code, slot, run_number""")
-    rows = []
-    for values in cursor.fetchall():
-        attempts = values[12] if isinstance(values[12], list) else json.loads(values[12] or "[]")
-        for attempt in attempts:
-            attempt["started"], attempt["ended"] = _time(attempt.get("started")), _time(attempt.get("ended"))
-        rows.append(Row(*values[:12], attempts, *values[13:]))  # type: ignore[arg-type]
-    return rows
-
-
-def load_alerts(cursor: Any) -> list[tuple[Any, ...]]:
-    """(alert id, execution id, job code, event, status, created_at)."""
-    cursor.execute("""SELECT a.id, a.execution_id, j.code, a.event, a.status, a.created_at FROM cron_celery_alert a
-                      JOIN cron_celery_cronjob j ON j.id = a.job_id ORDER BY a.id""")
-    return [tuple(row) for row in cursor.fetchall()]  # type: ignore[misc]
-
-
-def read_lines(directory: Path, prefix: str) -> list[dict[str, Any]]:
-    lines = []
-    for path in sorted(directory.glob(f"{prefix}-*.jsonl")):
-        for text in path.read_text(encoding="utf-8", errors="replace").splitlines():
-            try:
-                lines.append(json.loads(text))
-            except ValueError:  # a line cut by SIGKILL mid-write
-                continue
-    return lines
+from tests.soak.history import (
+    BODY_STATUSES,
+    DISPATCH_MISSED,
+    FAILURES,
+    OPEN,
+    TAKEN_OVER,
+    Result,
+    Row,
+    read_lines,
+)
 
 
 def check(rows: list[Row], alerts: list[tuple[Any, ...]], markers: Path, *,
           republish_limit: int, lost_outcome_logs: set[int], faults: list[tuple[str, float, float]],
-          lease: float) -> Result:
+          lease: float, jobs: dict[str, dict[str, Any]] | None = None,
+          window: tuple[float, float] = (0.0, 0.0)) -> Result:
+    """``jobs``: each job row's code to its columns the feature checks read (``jitter_ms``);
+    ``window``: the windowed job's, epoch seconds."""
     result = Result()
     bodies = read_lines(markers, "bodies")
     delivered = read_lines(markers, "alerts")
+    person = feature_checks.Person.read(markers)
     result.bodies = sum(1 for line in bodies if line["ev"] == "start")
     starts: dict[tuple[int, int], dict[str, Any]] = {}
     ends: dict[tuple[int, int], dict[str, Any]] = {}
@@ -126,13 +48,15 @@ def check(rows: list[Row], alerts: list[tuple[Any, ...]], markers: Path, *,
     by_id = {row.id: row for row in rows}
     for row in rows:
         result.statuses[row.status] += 1
-    _slots(rows, result)
+    _slots(rows, result, person)
     for row in rows:
-        _row(row, result, starts, ends, republish_limit, by_id, rows, lost_outcome_logs)
+        _row(row, result, starts, ends, republish_limit, by_id, rows, lost_outcome_logs, person)
     _bodies(rows, by_id, starts, ends, result)
     _overlaps(rows, starts, ends, result)
     _alerts(rows, alerts, delivered, result)
     _lost_notes(rows, faults, lease, result)
+    feature_checks.check_all(rows, starts, ends, read_lines(markers, "tracked"), person, result,
+                             jobs=jobs or {}, window=window)
     return result
 
 
@@ -143,16 +67,18 @@ def _by_job(rows: list[Row]) -> dict[str, list[Row]]:
     return grouped
 
 
-def _slots(rows: list[Row], result: Result) -> None:
-    """One execution per due slot, on the schedule's grid, without holes."""
+def _slots(rows: list[Row], result: Result, person: feature_checks.Person) -> None:
+    """One scheduled execution per due slot, on the schedule's grid, without holes (but for the
+    slots of a pause the person made)."""
     for code, job_rows in _by_job(rows).items():
-        spec = specs.BY_CODE.get(code)
+        spec = specs.spec_of(code)
         if spec is None:
             result.flag("UNKNOWN_JOB", None, f"rows of job {code}, which the soak does not declare")
             continue
         per_slot: dict[dt.datetime, list[Row]] = defaultdict(list)
         for row in job_rows:
-            per_slot[row.slot].append(row)
+            if row.scheduled:
+                per_slot[row.slot].append(row)
         result.slots += len(per_slot)
         for slot, same in per_slot.items():
             if len(same) > 1 or same[0].run_number != 1:
@@ -160,27 +86,35 @@ def _slots(rows: list[Row], result: Result) -> None:
                             f"{[(r.id, r.run_number, r.status) for r in same]}")
             if sum(1 for r in same if r.status == "SUCCEEDED") > 1:
                 result.flag("TWO_SUCCEEDED", same[-1], f"{code} slot {slot:%H:%M:%S} succeeded twice")
-            if slot.timestamp() % spec.every:
+            if slot.timestamp() % spec.every and not spec.tracked:  # an interval's slots count from its start
                 result.flag("OFF_GRID_SLOT", same[0], f"{code} slot {slot:%H:%M:%S} is not on its {spec.every} s grid")
         ordered = sorted(per_slot)
         for before, after in itertools.pairwise(ordered):
-            if (after - before).total_seconds() > spec.every:
+            if spec.tracked and (after - before).total_seconds() < spec.every:
+                result.flag("OFF_GRID_SLOT", per_slot[after][0], f"{code}: slots {before:%H:%M:%S.%f} and "
+                            f"{after:%H:%M:%S.%f} are closer than its {spec.every} s interval")
+            if (after - before).total_seconds() > spec.every and not person.paused_between(
+                    code, before.timestamp(), after.timestamp()):
                 result.flag("SLOT_GAP", per_slot[after][0], f"{code}: no execution between {before:%H:%M:%S} "
                             f"and {after:%H:%M:%S}")
 
 
 def _row(row: Row, result: Result, starts: dict[tuple[int, int], dict[str, Any]],
          ends: dict[tuple[int, int], dict[str, Any]], republish_limit: int, by_id: dict[int, Row],
-         rows: list[Row], lost_outcome_logs: set[int]) -> None:
+         rows: list[Row], lost_outcome_logs: set[int], person: feature_checks.Person) -> None:
     spec = row.spec
     status = row.status
     if status in OPEN:
         result.flag("OPEN_EXECUTION", row, f"{row.job} slot {row.slot:%H:%M:%S} left {status}")
         return
+    if feature_checks.decided_elsewhere(row, person):
+        return  # a skip for a feature's reason, or a tracked task's run: feature_checks judges it
     if row.retry_count > spec.max_retries:
         result.flag("TOO_MANY_ATTEMPTS", row, f"retry_count {row.retry_count} > max_retries {spec.max_retries}")
     if row.republished > republish_limit:  # every send again counts, whatever the broker answered
         result.flag("TOO_MANY_SENDS", row, f"sent again {row.republished} times > REPUBLISH_LIMIT {republish_limit}")
+    if status == "FAILED" and row.error_code == "PUBLISH_FAILED" and row.trigger == "ENQUEUE":
+        return  # the person's run, sent while the broker was down: refused at once, recorded so
     if status in BODY_STATUSES:
         end = ends.get((row.id, row.fence or -1))
         start = starts.get((row.id, row.fence or -1))
@@ -229,7 +163,7 @@ def _row(row: Row, result: Result, starts: dict[tuple[int, int], dict[str, Any]]
         if row.skip_reason not in ("OVERLAP", "LOCK_UNAVAILABLE"):
             result.flag("BAD_SKIP", row, f"SKIPPED {row.skip_reason}")
             return
-        if not spec.exclusive:
+        if not spec.exclusive and not spec.group:
             result.flag("BAD_SKIP", row, f"SKIPPED {row.skip_reason} although {row.job} allows overlap")
         if row.trigger != "BEAT" and spec.pattern != "rate_limited":
             result.flag("BAD_SKIP", row, f"a {row.trigger} execution SKIPPED {row.skip_reason}: it should have waited")
@@ -310,20 +244,10 @@ def _overlaps(rows: list[Row], starts: dict[tuple[int, int], dict[str, Any]],
     """Exclusive jobs: attempts recorded by their bodies never overlap, by the rows' [started, ended]
     (database clock) and by the bodies' own start and end lines (each process's clock)."""
     for code, job_rows in _by_job(rows).items():
-        spec = specs.BY_CODE.get(code)
+        spec = specs.spec_of(code)
         if spec is None or not spec.exclusive:
             continue
-        recorded: list[tuple[float, float, int]] = []
-        bodies: list[tuple[float, float, int]] = []
-        for row in job_rows:
-            for attempt in row.claims():
-                if attempt.get("status") not in BODY_STATUSES:
-                    continue
-                if attempt.get("started") and attempt.get("ended"):
-                    recorded.append((attempt["started"].timestamp(), attempt["ended"].timestamp(), row.id))
-                key = (row.id, attempt["fence"])
-                if key in starts and key in ends:
-                    bodies.append((starts[key]["t"], ends[key]["t"], row.id))
+        recorded, bodies = feature_checks.attempt_spans(job_rows, starts, ends, {code})
         for kind, spans in (("OVERLAP_ROWS", recorded), ("OVERLAP_BODIES", bodies)):
             spans.sort()
             reach: tuple[float, float, int] | None = None  # the span reaching furthest so far
@@ -351,12 +275,14 @@ def _alerts(rows: list[Row], alerts: list[tuple[Any, ...]], delivered: list[dict
     optional: set[tuple[int, str]] = set()
     by_id = {row.id: row for row in rows}
     for code, job_rows in _by_job(rows).items():
-        spec = specs.BY_CODE.get(code)
+        spec = specs.spec_of(code)
         if spec is None:
             continue
         in_a_row, alerted = 0, False
-        finals = sorted((row for row in job_rows if row.status in (*FAILURES, "SUCCEEDED") and row.ended),
-                        key=lambda row: (row.ended, row.id))
+        # A run that could not be sent (PUBLISH_FAILED: its sender was told at once) never ran: it
+        # neither counts as a failure nor ends an incident.
+        finals = sorted((row for row in job_rows if row.status in (*FAILURES, "SUCCEEDED") and row.ended
+                         and row.error_code != "PUBLISH_FAILED"), key=lambda row: (row.ended, row.id))
         for row in finals:
             if row.status == "SUCCEEDED":
                 if alerted:

@@ -37,10 +37,12 @@ def group_members(pgid: int) -> list[tuple[int, int]]:
 
 
 def is_celery(pid: int) -> bool:
+    """A Python process running celery (not a wrapper such as faketime or unshare that names it)."""
     try:
-        return b"celery" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
+    return Path(argv[0].decode(errors="replace")).name.startswith("python") and b"celery" in argv
 
 
 @dataclasses.dataclass
@@ -86,13 +88,14 @@ class Service:
                 os.killpg(self.proc.pid, sig)
 
     def main_pid(self) -> int | None:
-        """The celery process itself (under faketime it is the wrapper's child)."""
+        """The celery process itself (under faketime or unshare, a child of the wrapper)."""
         if self.proc is None or self.proc.poll() is not None:
             return None
-        if is_celery(self.proc.pid) and not self.shift:
+        if is_celery(self.proc.pid):
             return self.proc.pid
-        for pid, parent in group_members(self.proc.pid):
-            if parent == self.proc.pid and is_celery(pid):
+        members = group_members(self.proc.pid)
+        for pid, parent in members:
+            if is_celery(pid) and not is_celery(parent):
                 return pid
         return None
 
@@ -148,7 +151,7 @@ class Cluster:
         self.logs.mkdir(parents=True, exist_ok=True)
         self.markers.mkdir(parents=True, exist_ok=True)
         self.postgres = PostgresServer(workdir)
-        self.broker = RedisServer(workdir)
+        self.broker = RedisServer(workdir, persistent=True)  # the broker fault may keep its queues or not
         self.locks = [RedisServer(workdir) for _ in range(3)]
         self.worker_count, self.beat_count = workers, beats
         self.workers: list[Service] = []
@@ -156,11 +159,20 @@ class Cluster:
         #: Per worker: its proxies to the database, the broker and each lock master.
         self.db_proxies: list[TcpProxy] = []
         self.redis_proxies: list[list[TcpProxy]] = []
+        #: The windowed job's window, epoch seconds (``window_for``).
+        self.window = (0.0, 0.0)
+
+    def window_for(self, seconds: float) -> None:
+        """Open the windowed job's window a quarter into ``seconds`` of faults (from about now, after
+        the workers' start) and close it at two thirds."""
+        opens = int(time.time() + 15 + seconds / 4)
+        self.window = (opens, opens + max(10, int(seconds * 5 / 12)))
 
     def base_env(self) -> dict[str, str]:
         env = {key: value for key, value in os.environ.items() if not key.startswith(("CRON_", "DJANGO_"))}
         env.update(DJANGO_SETTINGS_MODULE="tests.soak.settings", PYTHONPATH=str(ROOT),
-                   CRON_SOAK_MARKERS=str(self.markers), PYTHONUNBUFFERED="1")
+                   CRON_SOAK_MARKERS=str(self.markers), PYTHONUNBUFFERED="1",
+                   CRON_SOAK_WINDOW=f"{self.window[0]:.0f},{self.window[1]:.0f}")
         return env
 
     def direct_env(self) -> dict[str, str]:
@@ -178,6 +190,11 @@ class Cluster:
     def make_services(self) -> None:
         celery = [sys.executable, "-m", "celery", "-A", "tests.soak.celery_app"]
         for index in range(self.worker_count):
+            # Workers 1 and 2 share one node name, each in a pid namespace of its own: their pool
+            # processes have the same pids on the same host (two containers of one image).
+            shared = index in (1, 2)
+            wrapper = ["unshare", "--pid", "--fork", "--kill-child"] if shared else []
+            node = "soak-shared@%h" if shared else f"soak-{index}@%h"
             db = TcpProxy(self.postgres.port).start()
             redis = [TcpProxy(self.broker.port).start(), *(TcpProxy(lock.port).start() for lock in self.locks)]
             self.db_proxies.append(db)
@@ -187,7 +204,7 @@ class Cluster:
                    "CRON_SOAK_LOCK_MASTERS": ",".join(f"redis://127.0.0.1:{proxy.port}/0" for proxy in redis[1:])}
             self.workers.append(Service(
                 name=f"worker-{index}", env=env, logdir=self.logs,
-                args=[*celery, "worker", "--pool", "prefork", "--concurrency", "2", "-n", f"soak-{index}@%h",
+                args=[*wrapper, *celery, "worker", "--pool", "prefork", "--concurrency", "2", "-n", node,
                       "--without-gossip", "--without-mingle", "--without-heartbeat", "--prefetch-multiplier", "1",
                       "-Q", "cron-soak", "--loglevel", "INFO"]))
         for index in range(self.beat_count):

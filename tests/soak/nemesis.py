@@ -18,6 +18,9 @@ import signal
 import time
 from collections import Counter
 from collections.abc import Callable
+from typing import Protocol
+
+import psycopg
 
 from tests.proxy import TcpProxy
 from tests.soak.cluster import DATABASE, Cluster, Service
@@ -25,7 +28,15 @@ from tests.soak.cluster import DATABASE, Cluster, Service
 logger = logging.getLogger("soak")
 
 KINDS = ("kill-child", "stop-child", "kill-worker", "stop-worker", "kill-beat", "stop-beat", "lock-master",
-         "lock-masters", "broker", "pg-terminate", "pg-restart", "clock", "partition-db", "partition-redis")
+         "lock-masters", "broker", "broker-kept", "pg-terminate", "pg-restart", "pg-lock-restart", "clock",
+         "partition-db", "partition-redis", "admin-edit")
+
+
+class Editor(Protocol):
+    """Who makes the admin edits (tests.soak.person.Person, which needs Django)."""
+
+    def edit(self, pick: random.Random) -> tuple[str, str, Callable[[], None] | None] | None:
+        """(target, detail, the heal that undoes it if any), or None when the database is away."""
 
 
 @dataclasses.dataclass
@@ -38,8 +49,10 @@ class Fault:
 
 
 class Nemesis:
-    def __init__(self, cluster: Cluster, seed: int, kinds: list[str], *, mean_gap: float = 4.0) -> None:
+    def __init__(self, cluster: Cluster, seed: int, kinds: list[str], *, mean_gap: float = 4.0,
+                 editor: Editor | None = None) -> None:
         self.cluster = cluster
+        self.editor = editor
         self.random = random.Random(seed)
         self.kinds = kinds
         self.mean_gap = mean_gap
@@ -232,11 +245,22 @@ class Nemesis:
         return True
 
     def _broker(self) -> bool:
+        return self._broker_down(kept=False)
+
+    def _broker_kept(self) -> bool:
+        return self._broker_down(kept=True)
+
+    def _broker_down(self, *, kept: bool) -> bool:
+        """The broker killed for a while (the beats' reconcilers pass meanwhile): its queues come
+        back from its append-only file (``broker-kept``), or are lost with it (``broker``)."""
         if not self._server_free("broker"):
             return False
         seconds = self.random.uniform(2, 6)
-        fault = self._begin("broker", "broker", f"down {seconds:.1f} s (its messages are lost)")
+        kind = "broker-kept" if kept else "broker"
+        fault = self._begin(kind, "broker", f"down {seconds:.1f} s (its messages {'kept' if kept else 'lost'})")
         self.cluster.broker.stop()
+        if not kept:
+            self.cluster.broker.forget()
         self.server_busy_until["broker"] = time.monotonic() + seconds + 2
         self._heal_later(fault, seconds, self.cluster.broker.start)
         return True
@@ -257,6 +281,54 @@ class Nemesis:
         self.cluster.postgres.stop(mode)
         self.server_busy_until["postgres"] = time.monotonic() + seconds + 5
         self._heal_later(fault, seconds, self.cluster.postgres.start)
+        return True
+
+    def _pg_lock_restart(self) -> bool:
+        """A migration-like ACCESS EXCLUSIVE lock on the jobs' or the executions' table, held for a
+        few seconds while every claim and dispatch queues behind it; then PostgreSQL restarts with
+        the lock still held (its holder never commits)."""
+        if not self._server_free("postgres"):
+            return False
+        table = self.random.choice(["cron_celery_cronjob", "cron_celery_cronexecution"])
+        held, down = self.random.uniform(1, 5), self.random.uniform(0, 3)
+        mode = self.random.choice(["fast", "immediate"])
+        try:
+            holder = psycopg.connect(self.cluster.postgres.url(DATABASE), connect_timeout=3, autocommit=False)
+            holder.execute("SET lock_timeout = '3s'")
+            holder.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
+        except psycopg.Error:
+            return False
+        fault = self._begin("pg-lock-restart", "postgres", f"{table} locked {held:.1f} s, then {mode}, "
+                            f"down {down:.1f} s")
+        self.server_busy_until["postgres"] = time.monotonic() + held + down + 5
+
+        def restart() -> None:
+            self.cluster.postgres.stop(mode)
+            with contextlib.suppress(psycopg.Error):
+                holder.close()
+
+        def heal() -> None:  # started again (or, at the soak's end, whatever is left of it undone)
+            if not self.cluster.postgres.running():
+                self.cluster.postgres.start()
+            with contextlib.suppress(psycopg.Error):
+                holder.close()
+
+        self._heal_later(fault, held + down, heal)
+        self.later(held, restart)
+        return True
+
+    def _admin_edit(self) -> bool:
+        if self.editor is None:
+            return False
+        done = self.editor.edit(self.random)
+        if done is None:  # the database is away: another fault instead
+            return False
+        target, detail, undo = done
+        fault = self._begin("admin-edit", target, detail)
+        if undo is None:
+            fault.ended = time.time()
+        else:
+            self._heal_later(fault, self.random.uniform(3, 12), undo)
         return True
 
     def _clock(self) -> bool:

@@ -84,15 +84,23 @@ def main(argv: list[str] | None = None) -> int:
 
 def soak(cluster: Cluster, args: argparse.Namespace, began: float) -> int:
     print(f"soak: seed {args.seed}, {args.minutes:g} min, faults: {', '.join(args.kinds) or 'none'}", flush=True)
+    cluster.window_for(args.minutes * 60)
     cluster.start_servers()
     os.environ.update({key: value for key, value in cluster.direct_env().items() if key.startswith("CRON_SOAK_")})
     os.environ["DJANGO_SETTINGS_MODULE"] = "tests.soak.settings"
+    os.environ["CRON_SOAK_HARNESS"] = "1"  # only this process: its children get environments of their own
     import django
 
     django.setup()
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0, interactive=False)
+    import tests.soak.celery_app  # the app the person's runs are sent with
+    import tests.soak.tasks  # noqa: F401 - the jobs the person acts on
+    from tests.soak.person import Person, make_tracked_task
+
+    make_tracked_task()
+    person = Person(cluster.markers, args.seed, until=time.time() + 150 + args.minutes * 60)
     cluster.make_services()
     for worker in cluster.workers:
         worker.start()
@@ -106,18 +114,18 @@ def soak(cluster: Cluster, args: argparse.Namespace, began: float) -> int:
         time.sleep(0.5)
     setup = time.monotonic() - began
     print(f"soak: set up in {setup:.0f} s; the nemesis acts for {args.minutes * 60:.0f} s", flush=True)
-    nemesis = Nemesis(cluster, args.seed, args.kinds, mean_gap=args.mean_gap)
-    started = time.time()
+    nemesis = Nemesis(cluster, args.seed, args.kinds, mean_gap=args.mean_gap, editor=person)
+    person.until = time.time() + args.minutes * 60
     end = time.monotonic() + args.minutes * 60
     while time.monotonic() < end:
         nemesis.step(injecting=bool(args.kinds))
+        person.step(nemesis.later)
         time.sleep(0.1)
     healing = time.monotonic()
     heal(cluster, nemesis)
     for beat in cluster.beats:  # no new slots from here on
         beat.retired = True
         beat.terminate()
-    beats_stopped = time.time()
     unschedule()
     quiet, waited = quiesce(cluster, nemesis, args.quiesce)
     for worker in cluster.workers:
@@ -125,7 +133,7 @@ def soak(cluster: Cluster, args: argparse.Namespace, began: float) -> int:
         worker.terminate()
     print(f"soak: healed and quiet after {waited:.0f} s{'' if quiet else ' (NOT quiet: the bound ran out)'}",
           flush=True)
-    report = check(cluster, nemesis, started, beats_stopped)
+    report = check(cluster, nemesis, person.counts)
     total = time.monotonic() - began
     print(f"soak: wall time {total:.0f} s (setup {setup:.0f} s, faults {healing - began - setup:.0f} s, "
           f"quiescence {waited:.0f} s)")
@@ -197,16 +205,17 @@ def quiesce(cluster: Cluster, nemesis: Nemesis, bound: float) -> tuple[bool, flo
     return False, time.monotonic() - began
 
 
-def check(cluster: Cluster, nemesis: Nemesis, started: float, beats_stopped: float) -> int:
+def check(cluster: Cluster, nemesis: Nemesis, person_counts: dict[str, int]) -> int:
     from django.conf import settings
     from django.db import connection
 
-    from tests.soak import checker
+    from tests.soak import checker, history
 
     connection.close()
     with connection.cursor() as cursor:
-        rows = checker.load_rows(cursor)
-        alerts = checker.load_alerts(cursor)
+        rows = history.load_rows(cursor)
+        alerts = history.load_alerts(cursor)
+        jobs = history.load_jobs(cursor)
     faults = [(fault.kind, fault.started, fault.ended or fault.started) for fault in nemesis.faults]
     with open(cluster.workdir / "executions.jsonl", "w", encoding="utf-8") as dump:  # for a person to read
         for row in rows:
@@ -217,11 +226,13 @@ def check(cluster: Cluster, nemesis: Nemesis, started: float, beats_stopped: flo
     result = checker.check(rows, alerts, cluster.markers,
                            republish_limit=int(settings.CRON_CELERY["RECONCILE"]["REPUBLISH_LIMIT"]),
                            lost_outcome_logs=checker.outcome_write_failures(cluster.logs), faults=faults,
-                           lease=float(str(settings.CRON_CELERY["LEASE_SECONDS"])))
+                           lease=float(str(settings.CRON_CELERY["LEASE_SECONDS"])), jobs=jobs,
+                           window=cluster.window)
     print()
     print("== soak report")
     print(f"faults injected: {sum(nemesis.counts.values())}"
           + "".join(f"\n  {kind:16} {nemesis.counts[kind]}" for kind in KINDS if nemesis.counts[kind]))
+    print("the person: " + ", ".join(f"{event} {count}" for event, count in sorted(person_counts.items())))
     print(f"jobs: {len(specs.SPECS)}; slots checked: {result.slots}; executions: {len(rows)}; "
           f"bodies run: {result.bodies}; alerts: {result.alerts}")
     print("statuses: " + ", ".join(f"{status} {count}" for status, count in sorted(result.statuses.items())))

@@ -7,6 +7,11 @@ from __future__ import annotations
 import os
 from urllib.parse import unquote, urlparse
 
+from tests.soak import spec
+
+# The soak's own process (the person, the admin edits, the checks) must not wait on the lock its
+# nemesis holds (``pg-lock-restart``): the nemesis ends that lock from the same loop.
+_harness_options = {"options": "-c lock_timeout=2000"} if os.environ.get("CRON_SOAK_HARNESS") else {}
 _db = urlparse(os.environ.get("CRON_SOAK_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/cc_soak"))
 DATABASES = {
     "default": {
@@ -17,7 +22,7 @@ DATABASES = {
         "HOST": _db.hostname or "127.0.0.1",
         "PORT": str(_db.port or 5432),
         "CONN_MAX_AGE": 60,
-        "OPTIONS": {"connect_timeout": 3},
+        "OPTIONS": {"connect_timeout": 3, **_harness_options},
     }
 }
 
@@ -50,6 +55,8 @@ CRON_CELERY = {
     "BEAT_LEASE_SECONDS": 6,
     "LOCK": {"MASTERS": [url for url in os.environ.get("CRON_SOAK_LOCK_MASTERS", "").split(",") if url] or None,
              "TTL": LEASE_SECONDS, "PREFIX": "cron_celery:soak"},
+    "CONCURRENCY_GROUPS": dict(spec.GROUP_LIMITS),
+    "TRACK_PERIODIC_TASKS": [spec.TRACKED_TASK],
     "RECONCILE": {"INTERVAL": 1, "PENDING_GRACE": 3, "MISSED_GRACE": 6, "REPUBLISH_LIMIT": 3},
     "NOTIFICATIONS": {"on_failure": ["soak"], "on_recovery": ["soak"], "timeout": 2, "max_attempts": 100,
                       "channels": {"soak": {"class": "tests.soak.channel.FileChannel"}}},

@@ -28,6 +28,12 @@ class JobSpec:
     soft_time_limit: float = 8.0
     time_limit: float = 10.0
     alert_after: int = 1
+    after: tuple[str, ...] = ()  # upstream codes: no schedule of its own, its slots are theirs
+    group: str = ""  # a concurrency group (GROUP_LIMIT runs of its jobs at once)
+    jitter: int = 0  # seconds: each slot is sent a fixed offset below it after the slot
+    windowed: bool = False  # its slots run only inside CRON_SOAK_WINDOW (two epoch seconds)
+    params: bool = False  # takes parameters (region, n): scheduled values are its periodic task's kwargs
+    tracked: bool = False  # a plain Celery task with a periodic task of its own, tracked (code PT<id>)
 
     @property
     def exclusive(self) -> bool:
@@ -53,8 +59,40 @@ SPECS: tuple[JobSpec, ...] = (
     JobSpec(name="soak-time-limited", code="S08", pattern="standard", overlap="skip", catch_up="all", every=3,
             max_retries=1, fail_percent=10, shortest=0.3, longest=1.2, overrun_percent=15, soft_time_limit=2.0,
             time_limit=3.0),
+    # The features since: a fan-in after S01 and S04 (which share their schedule), two jobs
+    # sharing a concurrency group, a jittered job, a windowed one, one with parameters (whose
+    # kwargs the admin edits fault fuzzes, and which a person also runs by hand and at a time
+    # given) and a plain periodic task tracked as a job.
+    JobSpec(name="soak-fan-in", code="S09", pattern="standard", overlap="skip", catch_up="latest", every=2,
+            after=("S01", "S04"), fail_percent=10, shortest=0.1, longest=0.8),
+    JobSpec(name="soak-group-allow", code="S10", pattern="always", overlap="allow", catch_up="latest", every=1,
+            group="soak-group", max_retries=1, fail_percent=15, shortest=0.5, longest=2.5),
+    JobSpec(name="soak-group-skip", code="S11", pattern="standard", overlap="skip", catch_up="all", every=2,
+            group="soak-group", fail_percent=10, shortest=1.0, longest=3.0),
+    JobSpec(name="soak-jittered", code="S12", pattern="standard", overlap="skip", catch_up="latest", every=4,
+            jitter=3, fail_percent=10, shortest=0.1, longest=0.6),
+    JobSpec(name="soak-windowed", code="S13", pattern="always", overlap="allow", catch_up="all", every=1,
+            windowed=True, fail_percent=10, shortest=0.1, longest=0.5),
+    JobSpec(name="soak-params", code="S14", pattern="standard", overlap="allow", catch_up="latest", every=3,
+            params=True, max_retries=1, fail_percent=10, shortest=0.2, longest=1.0),
+    JobSpec(name="soak-tracked", code="PT", pattern="standard", overlap="allow", catch_up="none", every=2,
+            tracked=True, shortest=0.1, longest=0.6),
 )
 BY_CODE = {spec.code: spec for spec in SPECS}
+#: The concurrency groups' limits (the soak's CONCURRENCY_GROUPS).
+GROUP_LIMITS = {"soak-group": 2}
+#: The parameters' values a body may be given (S14): anything else must have been refused.
+REGIONS = ("eu", "us")
+#: The tracked plain task's periodic task, and the task it sends.
+TRACKED_TASK = "soak tracked tick"
+TRACKED_TASK_NAME = "tests.soak.tasks.plain_tick"
+
+
+def spec_of(code: str) -> JobSpec | None:
+    """The spec of a job code: a tracked periodic task's job is PT<its id>."""
+    if code.startswith("PT") and code[2:].isdigit():
+        return BY_CODE["PT"]
+    return BY_CODE.get(code)
 
 
 def _draw(spec: JobSpec, slot: int, attempt: int, what: str) -> int:

@@ -1,0 +1,111 @@
+"""The soak checker's rules for the newer features can fail: each is fed a small history that
+breaks it (and the same history kept, which passes). Pure logic: rows and lines as the soak
+reads them, no database."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+from tests.soak import checker, feature_checks
+from tests.soak.history import Result, Row
+
+T0 = dt.datetime(2026, 12, 7, 8, 0, 0, tzinfo=dt.UTC)
+
+
+def row(ident: int, job: str, slot: float, status: str = "SUCCEEDED", *, trigger: str = "BEAT",
+        skip_reason: str = "", started: float | None = None, ended: float | None = None,
+        **extra: Any) -> Row:
+    at = T0 + dt.timedelta(seconds=slot)
+    begin = T0 + dt.timedelta(seconds=started if started is not None else slot)
+    end = T0 + dt.timedelta(seconds=ended if ended is not None else slot + 0.5)
+    body = status in ("SUCCEEDED", "FAILED", "TIMED_OUT")
+    return Row(id=ident, job=job, slot=at, run_number=1, status=status, trigger=trigger, skip_reason=skip_reason,
+               created_at=at, started=begin if body else None, ended=end, fence=ident if body else None,
+               retry_count=0, attempts=[], error_code="", message=f"ok fence={ident}", republished=0, **extra)
+
+
+def run_checks(rows: list[Row], person: list[dict[str, Any]] | None = None,
+               jobs: dict[str, dict[str, Any]] | None = None) -> dict[str, list[str]]:
+    result = Result()
+    feature_checks.check_all(rows, {}, {}, [], feature_checks.Person(person or []), result,
+                             jobs=jobs or {"S12": {"jitter_ms": 1500}}, window=(0.0, 0.0))
+    return {kind: found for kind, found in result.anomalies.items() if found}
+
+
+def test_a_fan_in_that_runs_although_an_upstream_failed_or_leaves_a_slot_undecided_is_reported() -> None:
+    kept = [row(1, "S01", 0), row(2, "S04", 0), row(3, "S09", 0, trigger="UPSTREAM"),
+            row(4, "S01", 2), row(5, "S04", 2, "FAILED"), row(6, "S09", 2, "SKIPPED", trigger="UPSTREAM",
+                                                                skip_reason="UPSTREAM")]
+    assert "FAN_IN_WRONG" not in run_checks(kept) and "UNDECIDED_DOWNSTREAM" not in run_checks(kept)
+    ran = [*kept[:5], row(6, "S09", 2, trigger="UPSTREAM")]
+    assert "FAN_IN_WRONG" in run_checks(ran)
+    assert "UNDECIDED_DOWNSTREAM" in run_checks(kept[:5])
+
+
+def test_three_live_runs_of_a_group_of_two_are_reported() -> None:
+    two = [row(1, "S10", 0, started=0, ended=3), row(2, "S11", 0, started=1, ended=2)]
+    assert not {"GROUP_EXCEEDED_ROWS"} & set(run_checks(two))
+    three = [*two, row(3, "S10", 1, started=1.5, ended=2.5)]
+    assert "GROUP_EXCEEDED_ROWS" in run_checks(three)
+
+
+def test_a_concurrency_skip_with_the_group_idle_and_a_cancel_nobody_made_are_reported() -> None:
+    idle = [row(1, "S11", 10, "SKIPPED", skip_reason="CONCURRENCY")]
+    assert "SKIP_WITHOUT_LIVE_RUN" in run_checks(idle)
+    busy = [*idle, row(2, "S10", 9, started=9, ended=12)]
+    assert "SKIP_WITHOUT_LIVE_RUN" not in run_checks(busy)
+    cancelled = [row(3, "S14", 11, "SKIPPED", trigger="ONE_OFF", skip_reason="CANCELLED")]
+    assert "BAD_SKIP" in run_checks(cancelled)
+    assert "BAD_SKIP" not in run_checks(cancelled, [{"ev": "cancelled", "exec": 3, "t": 0.0}])
+
+
+def test_a_jittered_slot_started_before_its_offset_is_reported() -> None:
+    on_time = row(1, "S12", 4, started=5.6, due_at=T0 + dt.timedelta(seconds=5.5))
+    assert not run_checks([on_time])
+    early = row(1, "S12", 4, started=4.2, due_at=T0 + dt.timedelta(seconds=5.5))
+    assert "JITTER_EARLY" in run_checks([early])
+
+
+def test_a_scheduled_run_given_values_no_edit_made_in_effect_is_reported() -> None:
+    edits = [{"ev": "kwargs", "t": (T0 + dt.timedelta(seconds=10)).timestamp(), "good": True,
+              "values": {"region": "us"}},
+             {"ev": "kwargs", "t": (T0 + dt.timedelta(seconds=20)).timestamp(), "good": False, "values": None}]
+    before = row(1, "S14", 6, params={})
+    after = row(2, "S14", 15, params={"region": "us"})
+    after_bad = row(3, "S14", 24, params={"region": "us"})
+    assert not run_checks([before, after, after_bad], edits)
+    stale = row(2, "S14", 15, params={})  # five seconds after the edit, still the old values
+    assert "PARAMS_NOT_IN_EFFECT" in run_checks([before, stale, after_bad], edits)
+    refused_taken = row(3, "S14", 24, params={"region": "asia"})
+    assert "BAD_PARAMS" in run_checks([before, after, refused_taken], edits)
+
+
+def test_a_slot_recorded_while_its_job_was_paused_is_reported(tmp_path: Path) -> None:
+    pause = [{"ev": "pause", "job": "S04", "t": (T0 + dt.timedelta(seconds=10)).timestamp()},
+             {"ev": "resume", "job": "S04", "t": (T0 + dt.timedelta(seconds=20)).timestamp()}]
+    assert "DISPATCHED_WHILE_PAUSED" not in run_checks([row(1, "S04", 8), row(2, "S04", 22)], pause)
+    assert "DISPATCHED_WHILE_PAUSED" in run_checks([row(1, "S04", 8), row(2, "S04", 16)], pause)
+    (tmp_path / "person.jsonl").write_text("".join(f'{{"ev": "{line["ev"]}", "job": "S04", "t": {line["t"]}}}\n'
+                                                   for line in pause), encoding="utf-8")
+    person = feature_checks.Person.read(tmp_path)
+    assert person.paused_between("S04", (T0 + dt.timedelta(seconds=8)).timestamp(),
+                                 (T0 + dt.timedelta(seconds=22)).timestamp())
+    assert not person.paused_between("S01", (T0 + dt.timedelta(seconds=8)).timestamp(),
+                                     (T0 + dt.timedelta(seconds=22)).timestamp())
+
+
+def test_a_run_that_could_not_be_sent_neither_alerts_nor_ends_an_incident() -> None:
+    """A person's run closed FAILED ``PUBLISH_FAILED`` (the broker was down; the sender was told)
+    calls for no alert, and the success after it no RECOVERED; a failure that ran calls for both."""
+    unsent = dataclasses.replace(row(1, "S14", 1, "FAILED", trigger="ENQUEUE"), error_code="PUBLISH_FAILED",
+                                 started=None, fence=None)
+    history = [unsent, row(2, "S14", 3)]
+    result = Result()
+    checker._alerts(history, [], [], result)
+    assert not result.anomalies.get("ALERT_MISSING")
+    ran = [row(1, "S14", 1, "FAILED", trigger="ENQUEUE"), row(2, "S14", 3)]
+    checker._alerts(ran, [], [], result)
+    assert len(result.anomalies["ALERT_MISSING"]) == 2, result.anomalies
