@@ -6,6 +6,12 @@ so two sessions per Django line finish sooner than one. Each process is a whole 
 own, exactly like a line: its own databases (scripts/test gives each a name), its own Celery
 queue, its own servers.
 
+``CRON_TEST_LINE=K/N`` (scripts/test sets it on a full run of N Django lines) deals the files of
+``ONCE_PER_RUN`` between the lines the same way, so that each runs on one line of every run: the
+fault scenarios and the models drive real processes and the claim protocol's SQL, which are the
+same on every line, and they are most of the suite's seconds. Every other file runs on every line.
+``CRON_TEST_EVERY_LINE=1`` runs every file on every line.
+
 ``CRON_TEST_SHARD=K/N`` keeps the files that fall to process K of N (1-based). Whole files go
 together, so module fixtures are never started twice. Files are dealt heaviest first to the
 least loaded process, by the seconds recorded in ``tests/durations.json`` (a file not listed
@@ -25,18 +31,20 @@ import pytest
 
 TABLE = Path(__file__).with_name("durations.json")
 UNKNOWN_TEST_SECONDS = 0.4
+#: Folders whose files run on one Django line of a full run (CRON_TEST_LINE), not on each.
+ONCE_PER_RUN = ("tests/faults/", "tests/model/")
 
 _spent: defaultdict[str, float] = defaultdict(float)
 
 
-def shard_of(spec: str) -> tuple[int, int]:
+def shard_of(spec: str, variable: str = "CRON_TEST_SHARD") -> tuple[int, int]:
     """``"K/N"`` -> (K, N), or a UsageError that says what is wrong."""
     try:
         index, count = (int(part) for part in spec.split("/"))
     except ValueError:
-        raise pytest.UsageError(f"CRON_TEST_SHARD={spec!r}: expected K/N, e.g. 1/2") from None
+        raise pytest.UsageError(f"{variable}={spec!r}: expected K/N, e.g. 1/2") from None
     if not 1 <= index <= count:
-        raise pytest.UsageError(f"CRON_TEST_SHARD={spec!r}: K must be between 1 and N")
+        raise pytest.UsageError(f"{variable}={spec!r}: K must be between 1 and N")
     return index, count
 
 
@@ -57,17 +65,30 @@ def _file(nodeid: str) -> str:
     return nodeid.split("::", 1)[0]
 
 
+def this_line(weights: dict[str, float], spec: str) -> set[str]:
+    """The files of this line (``CRON_TEST_LINE=K/N``): every file outside ONCE_PER_RUN, and the
+    ONCE_PER_RUN files dealt to line K."""
+    index, count = shard_of(spec, "CRON_TEST_LINE")
+    once = {name: seconds for name, seconds in weights.items() if name.startswith(ONCE_PER_RUN)}
+    return (set(weights) - set(once)) | deal(once, count)[index - 1]
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     spec = os.environ.get("CRON_TEST_SHARD")
-    if not spec:
+    line = "" if os.environ.get("CRON_TEST_EVERY_LINE") == "1" else os.environ.get("CRON_TEST_LINE", "")
+    if not spec and not line:
         return
-    index, count = shard_of(spec)
     recorded = json.loads(TABLE.read_text()) if TABLE.exists() else {}
     tests_per_file: defaultdict[str, int] = defaultdict(int)
     for item in items:
         tests_per_file[_file(item.nodeid)] += 1
     weights = {name: float(recorded.get(name, UNKNOWN_TEST_SECONDS * tests)) for name, tests in tests_per_file.items()}
-    mine = deal(weights, count)[index - 1]
+    if line:
+        weights = {name: weights[name] for name in this_line(weights, line)}
+    mine = set(weights)
+    if spec:
+        index, count = shard_of(spec)
+        mine = deal(weights, count)[index - 1]
     kept = [item for item in items if _file(item.nodeid) in mine]
     dropped = [item for item in items if _file(item.nodeid) not in mine]
     if dropped:

@@ -163,6 +163,16 @@ EXPECTED_RECORDS: dict[str, tuple[tuple[str, str], ...]] = {
     "tracked": (LEADER, LINKED, UNLINKED, SAID, OUTSTANDING),
     "none-chosen": (LEADER,),
 }
+#: Their tests that pass only when two of their calls come within a second or two of each other.
+#: One that fails in a mode where it should pass is run again alone in that mode, and must pass then:
+#: a machine too busy to keep their timing, not a defect (said in the output).
+TIMING = {
+    _their("test_DatabaseScheduler::test_starttime_trigger"):
+        "saves an entry whose start time is 2 s ahead, ticks, sleeps 2 s and ticks again, expecting the entry "
+        "then past its start (a loaded run failed it in the mode none-chosen: 'thefoo410' == 'thefoo412')",
+}
+
+
 @dataclasses.dataclass
 class Run:
     mode: str
@@ -170,6 +180,8 @@ class Run:
     seconds: float
     output: str
     report: dict[str, Any]
+    #: Their TIMING tests that failed in the whole run and were then run alone: the first error.
+    again: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def tail(self) -> str:
         return f"--- {self.mode}: exit {self.returncode}, {self.seconds:.0f} s; its output ends:\n{self.output[-6000:]}"
@@ -244,10 +256,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
         began = time.monotonic()
         for mode in MODES:
             log = stack.enter_context(open(base / f"{mode}.log", "w+", encoding="utf-8"))
-            command = [sys.executable, "-m", "pytest", SUITE, "-c", str(src / "setup.cfg"), "--rootdir", str(src),
-                       "--ds", "dcb_settings", "-p", "dcb_plugin", "-p", "no:cacheprovider", "--create-db",
-                       "--timeout", "120", "-q", "-rfE", "-W", "ignore::DeprecationWarning",
-                       "--basetemp", str(base / f"tmp-{mode}")]
+            command = their_pytest(src, base / f"tmp-{mode}", SUITE)
             for test in NOT_RUN:
                 command += ["--deselect", test]
             process = subprocess.Popen(command, cwd=src, env=child_env(mode, base / f"{mode}.json"), stdout=log,
@@ -266,10 +275,33 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
                 done[mode] = Run(mode, child.returncode, time.monotonic() - began, output.read(), found)
             time.sleep(0.2)
     for run in done.values():
+        for test in sorted(TIMING):
+            ended = run.report.get("ran", {}).get(test, {})
+            if ended.get("outcome") == "failed" and test not in EXPECTED_FAILURES[run.mode]:
+                run.again[test] = ended.get("error", "")
+                run.report["ran"][test] = alone(src, base, run.mode, test)
+                print(f"{run.mode}: {test} failed ({run.again[test]}), then {run.report['ran'][test]['outcome']} "
+                      f"alone: {TIMING[test]}")
+    for run in done.values():
         passed = sum(1 for test in run.report.get("ran", {}).values() if test["outcome"] == "passed")
         print(f"{run.mode}: {len(run.report.get('ran', {}))} ran, {passed} passed, exit {run.returncode}, "
               f"done after {run.seconds:.0f} s")
     return done
+
+
+def their_pytest(src: Path, basetemp: Path, target: str) -> list[str]:
+    return [sys.executable, "-m", "pytest", target, "-c", str(src / "setup.cfg"), "--rootdir", str(src),
+            "--ds", "dcb_settings", "-p", "dcb_plugin", "-p", "no:cacheprovider", "--create-db",
+            "--timeout", "120", "-q", "-rfE", "-W", "ignore::DeprecationWarning", "--basetemp", str(basetemp)]
+
+
+def alone(src: Path, base: Path, mode: str, test: str) -> dict[str, Any]:
+    """One test of theirs run again by itself in a mode: how it ended (as the mode's report says)."""
+    report = base / f"{mode}-again.json"
+    subprocess.run(their_pytest(src, base / f"tmp-{mode}-again", test), cwd=src, env=child_env(mode, report),
+                   capture_output=True, text=True, timeout=CHILD_TIMEOUT, check=False)
+    found = json.loads(report.read_text(encoding="utf-8")) if report.exists() else {}
+    return dict(found.get("ran", {}).get(test, {"outcome": "not run", "error": "no report"}))
 
 
 def _end(process: subprocess.Popen[str]) -> None:
@@ -309,7 +341,7 @@ def test_their_scheduler_tests(runs: dict[str, Run], mode: str) -> None:
     for test, why in expected.items():
         assert re.search(why.error, failed[test]), \
             f"{test} failed, but not as expected ({why.reason}): {failed[test]}\n{run.tail()}"
-    assert run.returncode == (1 if expected else 0), run.tail()
+    assert run.returncode == (1 if expected or run.again else 0), run.tail()
 
 
 @pytest.mark.parametrize("mode", MODES)

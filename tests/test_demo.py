@@ -111,8 +111,12 @@ def test_the_demo_runs_two_beats_for_a_minute_and_leaves_nothing_behind(_no_stra
     assert not [row for row in runs if row[1] in ("PENDING", "RUNNING", "RETRYING")], runs
     alerts = demo_rows("SELECT j.name, a.event, a.channel, a.status FROM cron_celery_alert a "
                        "JOIN cron_celery_cronjob j ON j.id = a.job_id ORDER BY a.id")
-    assert alerts == [("sync-partner-api", "FAILED", "email", "SENT"),
-                      ("sync-partner-api", "RECOVERED", "email", "SENT")]
+    # A machine too busy to send a slot in time records it MISSED and says so once (a loaded CI run
+    # did, for cache-warmer's first slot): allowed, for slots recorded MISSED only; nothing else.
+    assert [alert for alert in alerts if alert[1] != "MISSED"] == [("sync-partner-api", "FAILED", "email", "SENT"),
+                                                                   ("sync-partner-api", "RECOVERED", "email", "SENT")]
+    missed = {name for name, status, _ in runs if status == "MISSED"}
+    assert all(alert[0] in missed and alert[3] == "SENT" for alert in alerts if alert[1] == "MISSED"), (alerts, runs)
     mail = "\n".join(path.read_text(encoding="utf-8") for path in (tmp_path / "mail").iterdir())
     assert "Subject: [cron] sync-partner-api (S001) failed" in mail
     assert "Subject: [cron] sync-partner-api (S001) recovered" in mail

@@ -29,3 +29,16 @@ def test_a_bad_shard_says_what_is_wrong(spec: str) -> None:
 
 def test_a_good_shard_is_read() -> None:
     assert sharding.shard_of("2/3") == (2, 3)
+
+
+def test_the_fault_scenarios_and_the_models_are_dealt_between_the_lines_and_the_rest_runs_on_each() -> None:
+    weights = {"tests/faults/test_a.py": 90.0, "tests/faults/test_b.py": 60.0, "tests/model/test_m.py": 50.0,
+               "tests/test_x.py": 20.0, "tests/browser/test_y.py": 5.0}
+    first, second = (sharding.this_line(weights, f"{k}/2") for k in (1, 2))
+    everywhere = {"tests/test_x.py", "tests/browser/test_y.py"}
+    assert first & second == everywhere
+    assert first | second == set(weights)
+    assert first - everywhere == {"tests/faults/test_a.py"}  # 90 against 60 + 50
+    assert sharding.this_line(weights, "1/1") == set(weights)
+    with pytest.raises(pytest.UsageError, match="CRON_TEST_LINE"):
+        sharding.this_line(weights, "3/2")
