@@ -15,7 +15,8 @@ same on every line, and they are most of the suite's seconds. Every other file r
 ``CRON_TEST_SHARD=K/N`` keeps the files that fall to process K of N (1-based). Whole files go
 together, so module fixtures are never started twice. Files are dealt heaviest first to the
 least loaded process, by the seconds recorded in ``tests/durations.json`` (a file not listed
-there counts 0.4 s per test). ``CRON_TEST_DURATIONS_OUT=PATH`` adds this session's seconds
+there counts 0.4 s per test; ``CRON_TEST_DURATIONS_TABLE=PATH`` names another table: scripts/test
+passes a copy taken before its sessions start). ``CRON_TEST_DURATIONS_OUT=PATH`` adds this session's seconds
 per file to PATH (JSON; every session of a run may name the same file), to refresh that table.
 """
 
@@ -31,6 +32,7 @@ import pytest
 
 TABLE = Path(__file__).with_name("durations.json")
 UNKNOWN_TEST_SECONDS = 0.4
+UNKNOWN_FILE_SECONDS = 10.0
 #: Folders whose files run on one Django line of a full run (CRON_TEST_LINE), not on each.
 ONCE_PER_RUN = ("tests/faults/", "tests/model/")
 
@@ -65,11 +67,13 @@ def _file(nodeid: str) -> str:
     return nodeid.split("::", 1)[0]
 
 
-def this_line(weights: dict[str, float], spec: str) -> set[str]:
+def this_line(weights: dict[str, float], spec: str, recorded: dict[str, float] | None = None) -> set[str]:
     """The files of this line (``CRON_TEST_LINE=K/N``): every file outside ONCE_PER_RUN, and the
-    ONCE_PER_RUN files dealt to line K."""
+    ONCE_PER_RUN files dealt to line K by their ``recorded`` seconds (by default ``weights``). A file
+    with none recorded weighs UNKNOWN_FILE_SECONDS, not its tests: a line may collect another number."""
     index, count = shard_of(spec, "CRON_TEST_LINE")
-    once = {name: seconds for name, seconds in weights.items() if name.startswith(ONCE_PER_RUN)}
+    table = weights if recorded is None else recorded
+    once = {name: float(table.get(name, UNKNOWN_FILE_SECONDS)) for name in weights if name.startswith(ONCE_PER_RUN)}
     return (set(weights) - set(once)) | deal(once, count)[index - 1]
 
 
@@ -78,13 +82,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     line = "" if os.environ.get("CRON_TEST_EVERY_LINE") == "1" else os.environ.get("CRON_TEST_LINE", "")
     if not spec and not line:
         return
-    recorded = json.loads(TABLE.read_text()) if TABLE.exists() else {}
+    # Every session reads one table: scripts/test names a copy taken before any session starts.
+    table = Path(os.environ.get("CRON_TEST_DURATIONS_TABLE") or TABLE)
+    recorded = json.loads(table.read_text()) if table.exists() else {}
     tests_per_file: defaultdict[str, int] = defaultdict(int)
     for item in items:
         tests_per_file[_file(item.nodeid)] += 1
     weights = {name: float(recorded.get(name, UNKNOWN_TEST_SECONDS * tests)) for name, tests in tests_per_file.items()}
     if line:
-        weights = {name: weights[name] for name in this_line(weights, line)}
+        weights = {name: weights[name] for name in this_line(weights, line, recorded)}
     mine = set(weights)
     if spec:
         index, count = shard_of(spec)

@@ -42,3 +42,11 @@ def test_the_fault_scenarios_and_the_models_are_dealt_between_the_lines_and_the_
     assert sharding.this_line(weights, "1/1") == set(weights)
     with pytest.raises(pytest.UsageError, match="CRON_TEST_LINE"):
         sharding.this_line(weights, "3/2")
+
+
+def test_a_file_with_no_recorded_seconds_is_dealt_alike_however_many_tests_a_line_collects() -> None:
+    recorded = {"tests/faults/test_a.py": 30.0, "tests/faults/test_b.py": 20.0}
+    one = {**recorded, "tests/faults/test_new.py": 4 * sharding.UNKNOWN_TEST_SECONDS}
+    other = {**recorded, "tests/faults/test_new.py": 400 * sharding.UNKNOWN_TEST_SECONDS}
+    for k in (1, 2):
+        assert sharding.this_line(one, f"{k}/2", recorded) == sharding.this_line(other, f"{k}/2", recorded)

@@ -28,10 +28,12 @@ def row(ident: int, job: str, slot: float, status: str = "SUCCEEDED", *, trigger
 
 
 def run_checks(rows: list[Row], person: list[dict[str, Any]] | None = None,
-               jobs: dict[str, dict[str, Any]] | None = None) -> dict[str, list[str]]:
+               jobs: dict[str, dict[str, Any]] | None = None, *, window: tuple[float, float] = (0.0, 0.0),
+               tracked: list[dict[str, Any]] | None = None,
+               starts: dict[tuple[int, int], dict[str, Any]] | None = None) -> dict[str, list[str]]:
     result = Result()
-    feature_checks.check_all(rows, {}, {}, [], feature_checks.Person(person or []), result,
-                             jobs=jobs or {"S12": {"jitter_ms": 1500}}, window=(0.0, 0.0))
+    feature_checks.check_all(rows, starts or {}, {}, tracked or [], feature_checks.Person(person or []), result,
+                             jobs=jobs or {"S12": {"jitter_ms": 1500}}, window=window)
     return {kind: found for kind, found in result.anomalies.items() if found}
 
 
@@ -55,7 +57,9 @@ def test_three_live_runs_of_a_group_of_two_are_reported() -> None:
 def test_a_concurrency_skip_with_the_group_idle_and_a_cancel_nobody_made_are_reported() -> None:
     idle = [row(1, "S11", 10, "SKIPPED", skip_reason="CONCURRENCY")]
     assert "SKIP_WITHOUT_LIVE_RUN" in run_checks(idle)
-    busy = [*idle, row(2, "S10", 9, started=9, ended=12)]
+    room = [*idle, row(2, "S10", 9, started=9, ended=12)]  # one of its two places taken
+    assert "SKIP_WITHOUT_LIVE_RUN" in run_checks(room)
+    busy = [*room, row(4, "S11", 8, started=8, ended=11)]
     assert "SKIP_WITHOUT_LIVE_RUN" not in run_checks(busy)
     cancelled = [row(3, "S14", 11, "SKIPPED", trigger="ONE_OFF", skip_reason="CANCELLED")]
     assert "BAD_SKIP" in run_checks(cancelled)
@@ -109,3 +113,65 @@ def test_a_run_that_could_not_be_sent_neither_alerts_nor_ends_an_incident() -> N
     ran = [row(1, "S14", 1, "FAILED", trigger="ENQUEUE"), row(2, "S14", 3)]
     checker._alerts(ran, [], [], result)
     assert len(result.anomalies["ALERT_MISSING"]) == 2, result.anomalies
+
+
+def at(seconds: float) -> float:
+    return (T0 + dt.timedelta(seconds=seconds)).timestamp()
+
+
+def test_a_windowed_slot_outside_its_window_and_a_window_never_reached_are_reported() -> None:
+    window = (at(10), at(20))
+    assert not run_checks([row(1, "S13", 12), row(2, "S13", 19)], window=window)
+    assert "OUTSIDE_WINDOW" in run_checks([row(1, "S13", 12), row(2, "S13", 20, "MISSED")], window=window)
+    assert "WINDOW_UNTESTED" in run_checks([], window=window)
+
+
+def test_a_jittered_slot_due_at_another_offset_is_reported() -> None:
+    assert "JITTER_WRONG" in run_checks([row(1, "S12", 4, started=6.0, due_at=T0 + dt.timedelta(seconds=5.9))])
+
+
+def test_the_persons_one_offs_cancelled_early_twice_and_runs_not_their_own_are_reported() -> None:
+    one_off = [{"ev": "one-off", "exec": 1, "at": at(7), "given": {"region": "us"}}]
+    kept = row(1, "S14", 7, trigger="ONE_OFF", params={"region": "us"}, params_given=True)
+    assert not run_checks([kept], one_off)
+    assert "ONE_OFF_EARLY" in run_checks([row(1, "S14", 7, trigger="ONE_OFF", started=5.0,
+                                              params={"region": "us"})], one_off)
+    assert "PARAMS_NOT_GIVEN" in run_checks([row(1, "S14", 7, trigger="ONE_OFF", params={"region": "eu"})], one_off)
+    assert "ONE_OFF_TWICE" in run_checks([kept, row(2, "S14", 7, trigger="ONE_OFF", params={"region": "us"})],
+                                         one_off)
+    cancel = [*one_off, {"ev": "cancelled", "exec": 1, "t": at(5)}]
+    assert "CANCELLED_RAN" in run_checks([kept], cancel)
+    maybe = [*one_off, {"ev": "cancel-failed", "exec": 1, "t": at(5)}]  # it may have committed: either is right
+    skipped = row(1, "S14", 7, "SKIPPED", trigger="ONE_OFF", skip_reason="CANCELLED")
+    assert not run_checks([kept], maybe) and not run_checks([skipped], maybe)
+    run = [{"ev": "run", "exec": 3, "given": {"n": 4}, "slot": at(8)}]
+    assert "RUN_WRONG" in run_checks([row(3, "S14", 8, trigger="BEAT", params={"n": 4})], run)
+
+
+def test_a_paused_skip_is_judged_with_the_beats_lag_and_an_uncertain_pause_forbids_nothing() -> None:
+    pause = [{"ev": "pause", "job": "S04", "t": at(10)}, {"ev": "resume", "job": "S04", "t": at(20)}]
+    near = row(1, "S04", 10, "SKIPPED", skip_reason="PAUSED", ended=9.0)  # its transaction began as the pause saved
+    assert "BAD_SKIP" not in run_checks([near], pause)
+    assert "BAD_SKIP" in run_checks([row(1, "S04", 30, "SKIPPED", skip_reason="PAUSED", ended=30.0)], pause)
+    uncertain = [pause[0], {"ev": "pause-failed", "job": "S04", "t": at(10.1)}, pause[1]]
+    assert "DISPATCHED_WHILE_PAUSED" in run_checks([row(2, "S04", 16)], pause)
+    assert "DISPATCHED_WHILE_PAUSED" not in run_checks([row(2, "S04", 16)], uncertain)
+
+
+def test_a_tracked_tasks_run_without_headers_unbacked_or_for_a_skipped_slot_is_reported() -> None:
+    done = row(1, "PT3", 2)
+    lines = [{"ev": "start", "exec": 1, "t": at(2)}, {"ev": "end", "exec": 1, "t": at(2.5)}]
+    assert not run_checks([done], tracked=lines)
+    assert "UNBACKED_OUTCOME" in run_checks([done], tracked=lines[:1])
+    assert "UNTRACKED_RUN" in run_checks([done], tracked=[*lines, {"ev": "start", "exec": None, "t": at(3)}])
+    assert "UNRECORDED_RUN" in run_checks([done], tracked=[*lines, {"ev": "start", "exec": 9, "t": at(3)}])
+    assert "RAN_UNCLAIMED" in run_checks([row(1, "PT3", 2, "SKIPPED", skip_reason="OVERLAP")], tracked=lines[:1])
+
+
+def test_a_kwargs_edit_answered_by_a_database_error_allows_either_values_until_an_edit_saves() -> None:
+    person = feature_checks.Person([
+        {"ev": "kwargs", "t": at(10), "good": True, "values": {"region": "us"}, "uncertain": True},
+        {"ev": "kwargs", "t": at(30), "good": True, "values": {"n": 3}}])
+    assert person.kwargs_in_effect(at(5)) == [{}]
+    assert person.kwargs_in_effect(at(20)) == [{}, {"region": "us"}]
+    assert person.kwargs_in_effect(at(40)) == [{"n": 3}]

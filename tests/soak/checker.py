@@ -163,7 +163,7 @@ def _row(row: Row, result: Result, starts: dict[tuple[int, int], dict[str, Any]]
         if row.skip_reason not in ("OVERLAP", "LOCK_UNAVAILABLE"):
             result.flag("BAD_SKIP", row, f"SKIPPED {row.skip_reason}")
             return
-        if not spec.exclusive and not spec.group:
+        if not spec.exclusive:
             result.flag("BAD_SKIP", row, f"SKIPPED {row.skip_reason} although {row.job} allows overlap")
         if row.trigger != "BEAT" and spec.pattern != "rate_limited":
             result.flag("BAD_SKIP", row, f"a {row.trigger} execution SKIPPED {row.skip_reason}: it should have waited")

@@ -48,17 +48,22 @@ class Person:
     def of(self, event: str) -> list[dict[str, Any]]:
         return [line for line in self.lines if line["ev"] == event]
 
-    def pauses(self, code: str) -> list[tuple[float, float]]:
-        spans, since = [], None
+    def pauses(self, code: str, *, certain: bool = False) -> list[tuple[float, float]]:
+        """``code``'s pauses, from the line written before the save to its resume. ``certain``: only
+        those whose save returned (a ``pause-failed`` save may or may not have committed)."""
+        spans, since, sure = [], None, True
         for line in self.lines:
             if line.get("job") != code:
                 continue
             if line["ev"] == "pause":
-                since = line["t"]
+                since, sure = line["t"], True
+            elif line["ev"] == "pause-failed":
+                sure = False
             elif line["ev"] == "resume" and since is not None:
-                spans.append((since, line["t"]))
+                if sure or not certain:
+                    spans.append((since, line["t"]))
                 since = None
-        if since is not None:
+        if since is not None and (sure or not certain):
             spans.append((since, float("inf")))
         return spans
 
@@ -67,24 +72,32 @@ class Person:
         return any(start - EDIT_LAG <= after and end + EDIT_LAG >= before for start, end in self.pauses(code))
 
     def paused_at(self, code: str, moment: float, *, lag: float = EDIT_LAG) -> bool:
-        return any(start <= moment <= end + lag for start, end in self.pauses(code))
+        """A skip's moment is its transaction's start, which may come before the pause commits."""
+        return any(start - lag <= moment <= end + lag for start, end in self.pauses(code))
 
     def cancelled(self) -> set[int]:
         return {line["exec"] for line in self.of("cancelled")}
 
+    def maybe_cancelled(self) -> set[int]:
+        """Cancels whose answer was a database error: the cancel may have committed or not."""
+        return {line["exec"] for line in self.of("cancel-failed")}
+
     def kwargs_in_effect(self, moment: float) -> list[dict[str, Any]]:
         """The values a slot recorded at ``moment`` may have: the last good kwargs edit before it,
-        or one made within EDIT_LAG before it together with the one before that."""
-        good = [(line["t"], line["values"]) for line in self.of("kwargs") if line["good"]]
-        allowed: list[dict[str, Any]] = []
-        previous: dict[str, Any] = {}
-        for at, values in good:
-            if at > moment:
+        or one made within EDIT_LAG before it together with those before that. An edit answered by a
+        database error (``uncertain``) may or may not have committed: it adds its values, and only a
+        later edit that saved replaces them."""
+        allowed: list[dict[str, Any]] = [{}]
+        for line in self.of("kwargs"):
+            if not line["good"]:
+                continue
+            if line["t"] > moment:
                 break
-            if moment - at < EDIT_LAG:
-                allowed.append(previous)
-            previous = values
-        return [*allowed, previous]
+            if moment - line["t"] < EDIT_LAG or line.get("uncertain"):
+                allowed = [*allowed, line["values"]]
+            else:
+                allowed = [line["values"]]
+        return allowed
 
 
 def decided_elsewhere(row: Row, person: Person) -> bool:
@@ -122,7 +135,7 @@ def _skips(rows: list[Row], person: Person, result: Result) -> None:
         spec, reason = row.spec, row.skip_reason
         if reason == "UPSTREAM" and not spec.after:
             result.flag("BAD_SKIP", row, f"SKIPPED UPSTREAM although {row.job} runs after nothing")
-        elif reason == "CANCELLED" and row.id not in cancelled:
+        elif reason == "CANCELLED" and row.id not in cancelled | person.maybe_cancelled():
             result.flag("BAD_SKIP", row, "SKIPPED CANCELLED although nobody cancelled it")
         elif reason == "PAUSED" and not (row.ended and person.paused_at(row.job, row.ended.timestamp())):
             result.flag("BAD_SKIP", row, f"SKIPPED PAUSED at {row.ended} while {row.job} was not paused")
@@ -133,13 +146,13 @@ def _skips(rows: list[Row], person: Person, result: Result) -> None:
                 continue
             moment = row.ended
             group = {code for code, other in specs.BY_CODE.items() if other.group == spec.group}
-            live = moment is not None and any(
-                other.job in group and other.id != row.id and other.started is not None
+            live = 0 if moment is None else sum(
+                1 for other in rows if other.job in group and other.id != row.id and other.started is not None
                 and other.started <= moment + dt.timedelta(seconds=5)
-                and (other.ended is None or other.ended >= moment) for other in rows)
-            if not live:
-                result.flag("SKIP_WITHOUT_LIVE_RUN", row, f"SKIPPED CONCURRENCY at {moment} while no run of "
-                            f"group {spec.group} was live")
+                and (other.ended is None or other.ended >= moment))
+            if live < specs.GROUP_LIMITS[spec.group]:
+                result.flag("SKIP_WITHOUT_LIVE_RUN", row, f"SKIPPED CONCURRENCY at {moment} while {live} run(s) "
+                            f"of group {spec.group} (limit {specs.GROUP_LIMITS[spec.group]}) were live")
 
 
 def _fan_in(by_job: dict[str, list[Row]], result: Result) -> None:
@@ -246,6 +259,9 @@ def _window(by_job: dict[str, list[Row]], window: tuple[float, float], result: R
             else:
                 inside += 1
         result.notes[f"slots of the windowed job {spec.code} inside its window"] += inside
+        if not inside and window[1] > window[0]:
+            result.flag("WINDOW_UNTESTED", None, f"{spec.code} has no slot inside its window "
+                        f"{opens:%H:%M:%S} .. {closes:%H:%M:%S}: the beats started after it closed, or never ran it")
 
 
 def _params(by_job: dict[str, list[Row]], starts: Lines, person: Person,
@@ -273,12 +289,14 @@ def _person(rows: list[Row], starts: Lines, person: Person,
             result: Result) -> None:
     by_id = {row.id: row for row in rows}
     ran = {execution for execution, _ in starts}
-    cancelled = person.cancelled()
+    cancelled, maybe = person.cancelled(), person.maybe_cancelled()
     for line in person.of("one-off"):
         row = by_id.get(line["exec"])
         if row is None or row.trigger != "ONE_OFF" or row.slot.timestamp() != line["at"]:
             result.flag("ONE_OFF_WRONG", line["exec"], f"the one-off recorded for {line['at']} is "
                         f"{(row.trigger, row.slot) if row else 'gone'}")
+            continue
+        if line["exec"] in maybe - cancelled:  # either outcome is right; it ran at most once (below)
             continue
         if line["exec"] in cancelled:
             if (row.status, row.skip_reason) != ("SKIPPED", "CANCELLED") or row.id in ran:
@@ -292,6 +310,14 @@ def _person(rows: list[Row], starts: Lines, person: Person,
             result.flag("ONE_OFF_EARLY", row, f"the one-off for {row.slot:%H:%M:%S} started "
                         f"{first['started']:%H:%M:%S.%f}")
         _given(row, line.get("given"), result)
+    instants: dict[tuple[str, dt.datetime], list[int]] = defaultdict(list)
+    for row in rows:
+        if row.trigger == "ONE_OFF":
+            instants[(row.job, row.slot)].append(row.id)
+    for (code, slot), ids in instants.items():
+        if len(ids) > 1:
+            result.flag("ONE_OFF_TWICE", ids[-1], f"{code}'s one-off at {slot:%H:%M:%S} has {len(ids)} "
+                        f"executions: {ids}")
     for line in person.of("run"):
         row = by_id.get(line["exec"])
         if row is None or row.trigger != "ENQUEUE" or row.params_given != bool(line.get("given")):
@@ -344,6 +370,6 @@ def _paused(by_job: dict[str, list[Row]], person: Person, result: Result) -> Non
         for row in by_job.get(code, []):
             moment = row.created_at.timestamp()
             if row.trigger in ("BEAT", "CATCH_UP") and any(
-                    start + EDIT_LAG <= moment <= end for start, end in person.pauses(code)):
+                    start + EDIT_LAG <= moment <= end for start, end in person.pauses(code, certain=True)):
                 result.flag("DISPATCHED_WHILE_PAUSED", row, f"{code} slot {row.slot:%H:%M:%S} recorded "
                             f"{row.created_at:%H:%M:%S.%f} while it was paused")

@@ -104,7 +104,7 @@ class Person:
         job = registry.get(specs.BY_CODE["S14"].name)
         at = int(time.time()) + self.random.randint(3, 25)
         at += 1 if at % specs.BY_CODE["S14"].every == 0 else 0  # never one of the job's own slots
-        if at > self.until - 3:  # no beat would send it
+        if at > self.until - 20:  # the beats end with the faults: a fault near the end could leave it unsent
             return
         try:
             recorded = tasks.schedule_one_off(job, dt.datetime.fromtimestamp(at, dt.UTC), given=given)
@@ -144,9 +144,6 @@ class Person:
             task = periodic_task_of("S04")
             if not task.enabled:
                 return "S04", "already paused", None
-            task.enabled = False
-            task.save()
-            self.write("pause", job="S04")
 
             def resume() -> None:
                 for _ in range(40):
@@ -161,12 +158,26 @@ class Person:
                         time.sleep(0.5)
                 raise RuntimeError("could not resume S04")
 
+            self.write("pause", job="S04")  # before the save: the pause starts after this line
+            try:
+                task.enabled = False
+                task.save()
+            except DatabaseError:  # it may have committed all the same: resumed like any pause
+                close_old_connections()
+                self.write("pause-failed", job="S04")
+                return "S04", "pause answered by a database error", resume
             return "S04", "paused", resume
         text = pick.choice(GOOD_KWARGS if pick.random() < 0.5 else BAD_KWARGS)
         task = periodic_task_of("S14")
-        task.kwargs = text
-        task.save()
         good = text in GOOD_KWARGS
-        self.write("kwargs", job="S14", kwargs=text if len(text) < 200 else text[:60] + "...", good=good,
-                   values=json.loads(text) if good else None)
+        said = {"job": "S14", "kwargs": text if len(text) < 200 else text[:60] + "...", "good": good,
+                "values": json.loads(text) if good else None}
+        task.kwargs = text
+        try:
+            task.save()
+        except DatabaseError:  # it may have committed: from here on, either values may be in effect
+            close_old_connections()
+            self.write("kwargs", **said, uncertain=True)
+            return "S14", f"kwargs answered by a database error: {text[:40]!r}", None
+        self.write("kwargs", **said)
         return "S14", f"kwargs {'good' if good else 'bad'}: {text[:40]!r}", None
