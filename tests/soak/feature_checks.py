@@ -146,9 +146,11 @@ def _skips(rows: list[Row], person: Person, result: Result) -> None:
                 continue
             moment = row.ended
             group = {code for code, other in specs.BY_CODE.items() if other.group == spec.group}
+            # The skip's moment is its transaction's start; a frozen worker or a locked table may hold
+            # it some seconds before it counts the group's runs.
             live = 0 if moment is None else sum(
                 1 for other in rows if other.job in group and other.id != row.id and other.started is not None
-                and other.started <= moment + dt.timedelta(seconds=5)
+                and other.started <= moment + dt.timedelta(seconds=10)
                 and (other.ended is None or other.ended >= moment))
             if live < specs.GROUP_LIMITS[spec.group]:
                 result.flag("SKIP_WITHOUT_LIVE_RUN", row, f"SKIPPED CONCURRENCY at {moment} while {live} run(s) "
