@@ -107,12 +107,12 @@ def _row(row: Row, result: Result, starts: dict[tuple[int, int], dict[str, Any]]
     if status in OPEN:
         result.flag("OPEN_EXECUTION", row, f"{row.job} slot {row.slot:%H:%M:%S} left {status}")
         return
-    if feature_checks.decided_elsewhere(row, person):
-        return  # a skip for a feature's reason, or a tracked task's run: feature_checks judges it
     if row.retry_count > spec.max_retries:
         result.flag("TOO_MANY_ATTEMPTS", row, f"retry_count {row.retry_count} > max_retries {spec.max_retries}")
     if row.republished > republish_limit:  # every send again counts, whatever the broker answered
         result.flag("TOO_MANY_SENDS", row, f"sent again {row.republished} times > REPUBLISH_LIMIT {republish_limit}")
+    if feature_checks.decided_elsewhere(row, person):
+        return  # a skip for a feature's reason, or a tracked task's run: feature_checks judges it
     if status == "FAILED" and row.error_code == "PUBLISH_FAILED" and row.trigger == "ENQUEUE":
         return  # the person's run, sent while the broker was down: refused at once, recorded so
     if status in BODY_STATUSES:
