@@ -77,3 +77,48 @@ def test_a_run_frozen_past_its_lease_is_fenced_once_the_next_run_of_its_exclusiv
     assert CronExecution.objects.get(id=second.execution_id).status == Status.SUCCEEDED
     statuses = list(CronExecution.objects.filter(task_code="W001").values_list("status", flat=True))
     assert statuses.count(Status.SUCCEEDED) == 1, statuses
+
+
+def test_a_superseded_run_killed_by_its_hard_time_limit_is_not_recorded_beside_the_next_run(
+        tmp_path, marker, lock_redis):
+    """The soak's OVERLAP_ROWS: the frozen run's worker wakes up past its hard time limit and its
+    parent kills the child. That death is the superseded run's: the parent records nothing (the
+    outcome is fenced), and the reconciler ends the run ``LEASE_EXPIRED`` as above."""
+    env = {"CRON_TEST_MARKER": str(marker), "CRON_TEST_LOCK_MASTERS": lock_redis.url, "CRON_TEST_LOCK_TTL": "3",
+           "CRON_TEST_LEASE_SECONDS": "3", "CRON_TEST_LOG_LEVEL": "INFO"}
+    job = registry.get("W011")  # hourly, overlap "skip", a hard time limit of 8 s; 01:00 sleeps 30 s
+    frozen = Worker(tmp_path, env, pool="prefork", concurrency=1).start()
+    other: Worker | None = None
+    try:
+        first = tasks.send_run(job, FIRST, Trigger.ENQUEUE)
+        wait_for(lambda: CronExecution.objects.get(id=first.execution_id).status == Status.RUNNING,
+                 what="the first slot to start")
+        frozen.signal(signal.SIGSTOP)  # the body, its heartbeat, the worker and its time limit all stop
+        wait_for(lambda: _lease_expired(first.execution_id), what="the frozen run's lease to run out")
+        other = Worker(tmp_path, env, pool="prefork", concurrency=1).start()
+        second = tasks.send_run(job, SECOND, Trigger.ENQUEUE)
+        wait_for(lambda: CronExecution.objects.get(id=second.execution_id).status == Status.SUCCEEDED,
+                 what="the next slot to run while the first one's worker is frozen")
+        started = CronExecution.objects.get(id=first.execution_id).started
+        # Past its 8 s: the worker's parent kills the body as soon as it runs again.
+        wait_for(lambda: dt.datetime.now(dt.UTC) - started > dt.timedelta(seconds=9), what="the hard limit to pass")
+        frozen.signal(signal.SIGCONT)
+        wait_for(lambda: CronJob.objects.get(code="W011").fenced_count == 1
+                 or CronExecution.objects.get(id=first.execution_id).status != Status.RUNNING,
+                 what="the worker's parent to kill the body and try to record it")
+    finally:
+        frozen.stop()
+        if other is not None:
+            other.stop()
+    row = CronExecution.objects.get(id=first.execution_id)
+    second_row = CronExecution.objects.get(id=second.execution_id)
+    assert row.status == Status.RUNNING, (
+        f"the superseded run was recorded {row.status} {row.error_code} (ended {row.ended:%H:%M:%S.%f}) beside "
+        f"the next run (started {second_row.started:%H:%M:%S.%f})")
+    assert CronJob.objects.get(code="W011").fenced_count == 1
+    assert not [line for line in marked(marker) if FIRST.isoformat() in line], "the killed body ended"
+    report = reconciler.run_pass()
+    row.refresh_from_db()
+    assert (row.status, row.error_code) == (Status.LOST, "LEASE_EXPIRED"), report
+    statuses = list(CronExecution.objects.filter(task_code="W011").values_list("status", flat=True))
+    assert sorted(statuses) == [Status.LOST, Status.SUCCEEDED], statuses

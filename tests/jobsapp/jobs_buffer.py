@@ -35,6 +35,17 @@ def hourly_exclusive(run: Run) -> str:
     return f"slot {run.slot:%H:%M}"
 
 
+@cron_task(name="hourly-exclusive-limited", code="W011", schedule=every(hours=1), overlap="skip", catch_up="all",
+           max_retries=0, time_limit=8)
+def hourly_exclusive_limited(run: Run) -> str:
+    """An hourly overlap-``skip`` job with a hard time limit of 8 s: slot 01:00 sleeps 30 s (the limit
+    kills it), any other slot ends at once."""
+    if run.slot.hour == 1:
+        time.sleep(30)
+    _note(run, "hourly-exclusive-limited")
+    return f"slot {run.slot:%H:%M}"
+
+
 @cron_task(name="retry-meets-next", code="W002", overlap="skip", max_retries=1, retry_backoff=2,
            retry_jitter=False, retry_on=(ConnectionError,))
 def retry_meets_next(run: Run) -> str:
