@@ -88,6 +88,14 @@ FINISHED = closed_attempts("%(status)s", "%(code)s", "%(message)s", "jsonb_array
 RECLAIMED = new_attempt("retry_count + (CASE WHEN status = 'RUNNING' THEN 1 ELSE 0 END) + 1", "%(fence)s")
 
 
+def superseded(table: str) -> str:
+    """SQL: this RUNNING row's run was superseded by a claim of its job's next run (``claims._supersede``
+    gave the row that claim's fence and kept the fence it ran under as its last history entry). What
+    its own process reports from then on is fenced; the reconciler ends it."""
+    last = f"({table}.attempts -> -1 ->> 'fence')"
+    return f"({last} IS NOT NULL AND {last}::bigint <> {table}.fence)"
+
+
 #: A running attempt a person marks LOST ends in the history too, once there is one.
 ABANDONED = closed_attempts("%(status)s", "%(code)s", "%(message)s",
                               "status = 'RUNNING' AND jsonb_array_length(attempts) > 0")

@@ -78,10 +78,14 @@ def end_dead_attempts(
     (LOST or TIMED_OUT) in the history. If ``retry`` and the job's row allows another attempt, the
     execution becomes RETRYING, due now; otherwise it ends with ``status`` and counts as a failure
     of the job. None when nothing matched (it already ended, another worker owns it now, or the
-    request named no execution).
+    request named no execution), and with ``worker`` when the job's next run superseded it (that
+    death is fenced like the run's own outcome; the reconciler ends it ``LEASE_EXPIRED``).
     """
     if worker:
-        condition = f"{EXE}.worker = %(worker)s AND {EXE}.pid = %(pid)s AND {ran_by_request()}"
+        # A run the job's next run superseded is no longer this process's to end (what it reports is
+        # fenced): the reconciler ends it.
+        condition = (f"{EXE}.worker = %(worker)s AND {EXE}.pid = %(pid)s AND {ran_by_request()}"
+                     f" AND NOT {executions.superseded(EXE)}")
     else:
         condition = f"{EXE}.id = %(id)s AND {EXE}.lease_until < now()"
     again = f"(%(retry)s AND {EXE}.retry_count < j.max_retries)"

@@ -281,6 +281,22 @@ class Model:
         self.final(exe, "LOST")
         return "LOST"
 
+    def parent_reported(self, exe: Exe, fence: int, status: str, *, retry: bool) -> str | None:
+        """A worker's parent recorded that the process running the claim under ``fence`` was killed
+        (``TIMED_OUT``: the hard time limit) or died (``LOST``): only while that claim still holds
+        the execution, as a finish. A run superseded since (its fence taken by the job's next run) is
+        left to the reconciler. What the execution became, or None (nothing written)."""
+        if exe.status != "RUNNING" or exe.fence != fence:
+            return None
+        job = self.jobs[exe.job]
+        if retry and exe.retry_count < job.spec.max_retries:
+            self.retried(exe, status)
+            if status == "LOST":
+                job.alerts.add((exe.id, "LOST"))  # a lost worker alerts at once, once per execution
+            return "RETRYING"
+        self.final(exe, status)
+        return status
+
     def give_up(self, exe: Exe) -> str:
         """An attempted execution that reached a paused job ends with its own failure."""
         status = "LOST" if exe.status == "RUNNING" else exe.last_failure

@@ -37,7 +37,7 @@ from hypothesis.stateful import (
 
 from cron_celery import models
 from cron_celery.decisions import claims, dispatch, heartbeats
-from cron_celery.run import backfill, runs, tasks
+from cron_celery.run import backfill, identity, outcomes, retries, runs, tasks
 from tests.model import harness as h
 from tests.model.reference import CAPPED, CLAIM, DUPLICATE, FINAL, GIVE_UP, SKIP, WAITING, Exe, Model
 
@@ -309,6 +309,35 @@ class Protocol(h.Machine):
         running = list(self.held.running())
         if running:
             self._finish(pick(running, index), result)
+
+    @rule(index=PICK, status=st.sampled_from(["TIMED_OUT", "LOST"]))
+    def parent_records_a_death(self, index: int, status: str) -> None:
+        """A worker's parent saw the process running a body killed by the hard time limit (or die) and
+        records it (``run.parent``); then the body's own late write, as a process that got to it
+        before the kill. Only runs whose claim is still their execution's latest: this process's
+        threads share one worker identity and pid, so a run taken over since would look like the new
+        claim's (a real parent's worker or pid differs); a superseded run is such a run."""
+        running = [worker for worker in self.held.running() if worker.run_info is not None
+                   and self.model.exes[worker.run_info.execution_id].claims[-1] == worker.run_info.fence]
+        if not running:
+            return
+        # Superseded runs first: the case the protocol treats apart, drawn whenever one is on hand.
+        running.sort(key=lambda worker: self.model.exes[worker.run_info.execution_id].fence == worker.run_info.fence)
+        worker = pick(running, index)
+        run = worker.run_info
+        assert run is not None
+        exe = self.model.exes[run.execution_id]
+        job = self.jobs.declared[exe.job]
+        retry = status == "LOST" or retries.wanted_after_kill(job)
+        ended = h.in_thread(lambda: outcomes.dead(
+            job, job_id=self.jobs.ids[exe.job], status=status, error_code="TIME_LIMIT", message="killed",
+            retry=retry, worker=identity.WORKER, pid=os.getpid(), execution_id=run.execution_id))
+        superseded = exe.status == "RUNNING" and exe.fence != run.fence
+        expected = self.model.parent_reported(exe, run.fence, status, retry=retry)
+        STATS[f"parent {status} {'superseded' if superseded else expected}"] += 1
+        assert (None if ended is None else ended.status) == expected, (
+            f"the parent's record of execution {exe.id} (fence {run.fence}) wrote {ended}, the model says {expected}")
+        self._end_run(worker, "ok")
 
     @rule(index=PICK)
     def heartbeat(self, index: int) -> None:
