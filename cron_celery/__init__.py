@@ -12,6 +12,7 @@ __all__ = [
     "LeaseLost",
     "LockLost",
     "LockUnavailable",
+    "PreviousRun",
     "Run",
     "TrackedTask",
     "__version__",
@@ -21,6 +22,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from cron_celery.decisions.previous import PreviousRun
     from cron_celery.enums import ExecutionPattern
     from cron_celery.exceptions import JobFailed, LeaseLost, LockLost, LockUnavailable
     from cron_celery.run.decorators import cron_task, register_task
@@ -34,6 +36,7 @@ _LAZY = {
     "LeaseLost": "cron_celery.exceptions",
     "LockLost": "cron_celery.exceptions",
     "LockUnavailable": "cron_celery.exceptions",
+    "PreviousRun": "cron_celery.decisions.previous",
     "lock": "cron_celery.run.locks",
     "Run": "cron_celery.run.runs",
     "TrackedTask": "cron_celery.run.tasks",

@@ -23,7 +23,8 @@ class CatchUpPlan:
 
 
 def plan_catch_up(schedule: Schedule, due_since: dt.datetime, now: dt.datetime, policy: str,
-                  limit: int = 1000, end: dt.datetime | None = None) -> CatchUpPlan:
+                  limit: int = 1000, end: dt.datetime | None = None,
+                  window: dt.timedelta | None = None) -> CatchUpPlan:
     """Split the slots in ``[due_since, now]`` by the catch-up policy.
 
     ``due_since`` is the job's ``next_run_at``: the first slot not dispatched yet. A slot
@@ -37,7 +38,13 @@ def plan_catch_up(schedule: Schedule, due_since: dt.datetime, now: dt.datetime, 
 
     ``end`` (a job's ``active_until``): slots at or after it are outside the job's window, neither
     run nor recorded; ``next_run_at`` is then the first slot past it (the job is due no more).
+
+    ``window`` (a job's ``catch_up_window``): slots older than ``now - window`` are recorded MISSED
+    whatever the policy (the newest ``limit`` of them, as ``latest`` records a long outage); the
+    policy decides the slots inside it.
     """
+    if window is not None and policy != "none" and due_since < now - window:
+        return _with_window(schedule, due_since, now, policy, limit, end, now - window)
     # The last moment inside the window (none comes before the calendar's first).
     last = now if end is None or end > now else end - dt.timedelta(microseconds=1) if end > _DAWN else end
     due: list[dt.datetime] = []
@@ -61,6 +68,31 @@ def plan_catch_up(schedule: Schedule, due_since: dt.datetime, now: dt.datetime, 
     if policy == "none" and not on_time:
         return CatchUpPlan(run=[], missed=due, next_run_at=slot, unrecorded_before=unrecorded_before)
     return CatchUpPlan(run=[latest], missed=due[:-1], next_run_at=slot, unrecorded_before=unrecorded_before)
+
+
+def _with_window(schedule: Schedule, due_since: dt.datetime, now: dt.datetime, policy: str, limit: int,
+                 end: dt.datetime | None, horizon: dt.datetime) -> CatchUpPlan:
+    """``plan_catch_up`` for a job whose slots before ``horizon`` fell out of its catch-up window."""
+    before = horizon if end is None else min(horizon, end)
+    old: list[dt.datetime] = []
+    slot = due_since
+    while slot < before and len(old) < limit:
+        old.append(slot)
+        slot = schedule.next_after(slot)
+    unrecorded_before = None
+    if slot < before:  # more fell out than ``limit``: record the newest, found from the horizon
+        old = (old + _newest_slots(schedule, slot, before - dt.timedelta(microseconds=1), limit))[-limit:]
+        unrecorded_before = old[0]
+        slot = schedule.next_after(old[-1])
+    inside = plan_catch_up(schedule, slot, now, policy, limit, end)
+    return dataclasses.replace(inside, missed=old + inside.missed,
+                               unrecorded_before=unrecorded_before or inside.unrecorded_before)
+
+
+def shortest_window(schedule: Schedule) -> dt.timedelta:
+    """The shortest ``catch_up_window`` a job on this schedule may have: the lateness within which its
+    slots count as on time (a shorter one would record slots MISSED that the beat sends on time)."""
+    return _grace(schedule)
 
 
 def _newest_slots(schedule: Schedule, first: dt.datetime, now: dt.datetime, limit: int) -> list[dt.datetime]:

@@ -38,6 +38,10 @@ class CronJob(models.Model):
     description = models.TextField(blank=True)
     paused = models.BooleanField(default=False)
     catch_up = models.CharField(max_length=10, choices=CatchUp.choices(), default=CatchUp.LATEST.value)
+    catch_up_window = models.FloatField(
+        null=True, blank=True, help_text="Seconds: a slot the beat missed that is older than this is recorded "
+                                         "MISSED whatever catch_up says; empty = no window. Declared in code",
+    )
     next_run_at = models.DateTimeField(
         null=True, blank=True, db_index=True, help_text="The first slot not dispatched yet (UTC)"
     )

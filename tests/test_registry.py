@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from typing import Any
 
@@ -10,6 +11,7 @@ from celery import current_app
 
 from cron_celery import ExecutionPattern, TrackedTask, cron_task, exceptions, register_task
 from cron_celery.declaring import registry
+from cron_celery.schedules import every
 
 
 def test_both_declaration_styles_are_celery_tasks_based_on_tracked_task():
@@ -169,6 +171,33 @@ def test_an_invalid_schedule_or_catch_up_names_the_job(kwargs, fragment):
     with pytest.raises(exceptions.ImproperlyDeclared, match=fragment) as info:
         registry.declare(name="bad-sched", code="BS1", task_name="x", **kwargs)
     assert "'bad-sched'" in str(info.value)
+
+
+@pytest.mark.parametrize(("kwargs", "problem"), [
+    ({"catch_up_window": 0}, "catch_up_window must be a timedelta or a number of seconds greater than 0"),
+    ({"catch_up_window": -dt.timedelta(hours=1)}, "catch_up_window must be a timedelta or a number of seconds"),
+    ({"catch_up_window": "6h"}, "not '6h'"),
+    ({"catch_up_window": True}, "not True"),
+    ({"catch_up_window": float("nan")}, "not nan"),
+    ({"catch_up_window": 1e9}, "at most 1e+08 s"),
+    ({"catch_up_window": 3600, "catch_up": "none"}, "catch_up_window has no effect with catch_up='none'"),
+    ({"catch_up_window": 3600, "schedule": None}, "catch_up_window is for a job with a schedule of its own"),
+    ({"catch_up_window": 30}, "catch_up_window (30 s) must be at least 60 s"),
+    ({"catch_up_window": 4, "schedule": every(seconds=10)}, "catch_up_window (4 s) must be at least 5 s"),
+])
+def test_a_bad_catch_up_window_names_the_job_and_the_value(kwargs, problem):
+    options = {"schedule": "0 * * * *", "catch_up": "all", **kwargs}
+    with pytest.raises(exceptions.ImproperlyDeclared, match=re.escape(problem)) as info:
+        registry.declare(name="bad-window", code="BW1", task_name="x", **options)
+    assert "'bad-window'" in str(info.value)
+
+
+def test_a_catch_up_window_is_a_timedelta_or_seconds():
+    hours = registry.declare(name="w", code="W1", task_name="x", schedule="0 * * * *", catch_up="all",
+                             catch_up_window=dt.timedelta(hours=6))
+    seconds = registry.declare(name="w2", code="W2", task_name="x", schedule=every(seconds=10), catch_up_window=5)
+    plain = registry.declare(name="w3", code="W3", task_name="x", schedule="0 * * * *")
+    assert (hours.catch_up_window, seconds.catch_up_window, plain.catch_up_window) == (21600.0, 5.0, None)
 
 
 @pytest.mark.parametrize(

@@ -492,6 +492,27 @@ def test_stranded_beat_slots_follow_the_catch_up_policy(queue):
 
 
 @reconcile_settings
+def test_a_stranded_beat_slot_older_than_the_catch_up_window_is_missed_not_sent_again(queue):
+    """The window is the scheduler's: a beat slot whose message never reached a worker is sent again
+    only while it is inside the job's catch-up window (as a catch-up, under 'all'); older, it is
+    recorded MISSED. A run somebody asked for (a backfill) is sent again whatever its age."""
+    job, job_id = make_job(catch_up="all", schedule=HOURLY, catch_up_window=dt.timedelta(hours=6))
+    recent = db_now().replace(minute=0, second=0, microsecond=0) - dt.timedelta(hours=1)
+    rows = {"old": enqueue(job, job_id), "recent": enqueue(job, job_id, slot=recent),
+            "backfill": enqueue(job, job_id, slot=SLOT + dt.timedelta(hours=1), trigger=Trigger.BACKFILL)}
+    for execution_id in rows.values():
+        backdate(execution_id)
+    assert reconciler.run_pass(NOW) == report(missed=1, resent=2)
+    old = row(rows["old"])
+    assert (old.status, old.error_code, old.completed, old.republished) == (Status.MISSED, "NOT_DELIVERED", True, 0)
+    assert "older than the job's catch_up_window" in old.message, old.message
+    assert [(row(rows[key]).status, row(rows[key]).trigger, row(rows[key]).republished)
+            for key in ("recent", "backfill")] == [(Status.PENDING, Trigger.CATCH_UP, 1),
+                                                   (Status.PENDING, Trigger.BACKFILL, 1)]
+    assert sorted(h[tasks.HEADER_EXECUTION] for h in queue.headers()) == sorted([rows["recent"], rows["backfill"]])
+
+
+@reconcile_settings
 def test_under_catch_up_all_a_stranded_beat_slot_is_sent_again_as_a_catch_up_and_waits_for_the_live_run(queue):
     """Only a PENDING beat slot of a job whose policy is 'all' now (the job's row: it may have changed
     since the slot was dispatched) becomes CATCH_UP, before it is sent; every other trigger, and a retry

@@ -278,3 +278,70 @@ def test_an_outage_just_over_the_limit_keeps_the_record_contiguous():
     plan = plan_catch_up(every(minutes=1), utc(2026, 11, 29, 0), utc(2026, 11, 29, 0, 12), "latest", limit=10)
     assert plan.missed + plan.run == [utc(2026, 11, 29, 0, 3) + dt.timedelta(minutes=i) for i in range(10)]
     assert plan.unrecorded_before == utc(2026, 11, 29, 0, 3)
+
+
+# --- catch-up within a window ---------------------------------------------------------------
+
+SIX_HOURS = dt.timedelta(hours=6)
+
+
+@pytest.mark.parametrize(
+    ("policy", "run", "missed"),
+    [
+        ("latest", ["10:00"], ["06:00", "07:00", "08:00", "09:00"]),
+        ("all", ["08:00", "09:00", "10:00"], ["06:00", "07:00"]),
+    ],
+)
+def test_slots_older_than_the_catch_up_window_are_missed_whatever_the_policy(policy, run, missed):
+    window = dt.timedelta(hours=2, minutes=30)  # 10:20 - 2:30 = 07:50: 06:00 and 07:00 fell out
+    plan = plan_catch_up(HOURLY, utc(2026, 11, 29, 6), utc(2026, 11, 29, 10, 20), policy, window=window)
+    assert [s.strftime("%H:%M") for s in plan.run] == run
+    assert [s.strftime("%H:%M") for s in plan.missed] == missed
+    assert plan.next_run_at == utc(2026, 11, 29, 11) and not plan.truncated and plan.unrecorded_before is None
+
+
+def test_three_days_down_with_all_and_a_six_hour_window_sends_six_hours_of_slots():
+    down_since, now = utc(2026, 11, 26, 9), utc(2026, 11, 29, 9, 0, 20)  # 72 hourly slots and the current one
+    plan = plan_catch_up(HOURLY, down_since, now, "all", window=SIX_HOURS)
+    # 03:00 is six hours and 20 s old: out. 04:00 to 09:00 run.
+    assert plan.run == [utc(2026, 11, 29, 4) + dt.timedelta(hours=i) for i in range(6)]
+    assert plan.missed == [down_since + dt.timedelta(hours=i) for i in range(67)]  # 26th 09:00 to 29th 03:00
+    assert plan.late and plan.next_run_at == utc(2026, 11, 29, 10)
+    without = plan_catch_up(HOURLY, down_since, now, "all")
+    assert len(without.run) == 73 and without.missed == []
+
+
+def test_a_window_that_holds_no_slot_records_them_all_missed_and_waits_for_the_next():
+    daily = cron("0 8 * * *")
+    plan = plan_catch_up(daily, utc(2026, 11, 26, 8), utc(2026, 11, 29, 15), "all", window=SIX_HOURS)
+    assert plan.run == [] and plan.missed == [utc(2026, 11, d, 8) for d in (26, 27, 28, 29)]
+    assert plan.next_run_at == utc(2026, 11, 30, 8)
+
+
+def test_an_outage_within_the_window_is_caught_up_as_without_one():
+    for policy in ("latest", "all"):
+        args = (HOURLY, utc(2026, 11, 29, 6), utc(2026, 11, 29, 10, 20), policy)
+        assert plan_catch_up(*args, window=SIX_HOURS) == plan_catch_up(*args)
+
+
+def test_a_window_does_not_change_catch_up_none():
+    args = (HOURLY, utc(2026, 11, 29, 6), utc(2026, 11, 29, 10, 0, 30), "none")
+    assert plan_catch_up(*args, window=dt.timedelta(hours=1)) == plan_catch_up(*args)
+
+
+def test_a_week_fallen_out_of_the_window_records_at_most_limit_misses_then_runs_the_window():
+    minutely = every(minutes=1)
+    now = utc(2026, 11, 29, 0, 0, 10)
+    plan = plan_catch_up(minutely, utc(2026, 11, 22, 0), now, "all", limit=100, window=dt.timedelta(minutes=30))
+    horizon_first = utc(2026, 11, 28, 23, 31)  # the first slot inside the window (23:30 is 30 min 10 s old)
+    assert plan.missed == [horizon_first - dt.timedelta(minutes=100 - i) for i in range(100)]
+    assert plan.unrecorded_before == plan.missed[0]
+    assert plan.run == [horizon_first + dt.timedelta(minutes=i) for i in range(30)]
+    assert plan.next_run_at == utc(2026, 11, 29, 0, 1)
+
+
+def test_a_window_stops_at_the_active_until_of_the_job():
+    end = utc(2026, 11, 29, 8, 30)
+    plan = plan_catch_up(HOURLY, utc(2026, 11, 29, 1), utc(2026, 11, 29, 10, 20), "all", end=end, window=SIX_HOURS)
+    assert [s.strftime("%H:%M") for s in plan.missed] == ["01:00", "02:00", "03:00", "04:00"]
+    assert [s.strftime("%H:%M") for s in plan.run] == ["05:00", "06:00", "07:00", "08:00"]

@@ -13,7 +13,7 @@ from cron_celery.decisions import dispatch
 logger = logging.getLogger("cron_celery.beat")
 
 
-PlanKey = tuple[str, str, dt.datetime, str, int, dt.datetime | None, dt.datetime | None]
+PlanKey = tuple[str, str, dt.datetime, str, int, dt.datetime | None, dt.datetime | None, float | None]
 
 
 def log_round(jobs: dict[int, dispatch.DueJob], decisions: list[dispatch.Decision], sent: int, missed: int,
@@ -29,10 +29,12 @@ def log_round(jobs: dict[int, dispatch.DueJob], decisions: list[dispatch.Decisio
         for slot in decision.run:
             logger.debug("cron_celery beat: %s %s dispatched", job.name, slots.iso(slot))
         if decision.missed:
+            window = "" if job.catch_up_window is None else \
+                f" (or they are older than its catch_up_window, {job.catch_up_window:g} s)"
             logger.info("cron job %s: %d slot(s) recorded MISSED, %s to %s: not dispatched in time (the beat "
-                        "was not running or was behind), and catch_up=%s does not run them late", job.name,
+                        "was not running or was behind), and catch_up=%s does not run them late%s", job.name,
                         len(decision.missed), slots.iso(min(decision.missed)), slots.iso(max(decision.missed)),
-                        job.catch_up)
+                        job.catch_up, window)
             for slot in decision.missed:
                 logger.debug("cron_celery beat: %s %s recorded MISSED", job.name, slots.iso(slot))
 
@@ -55,9 +57,10 @@ def plan(row: dispatch.DueJob, now: dt.datetime, plans: dict[PlanKey, catch_up.C
     A job with an active window plans only the slots inside it: none before ``active_from`` (the
     first is the window's first slot) and none at or after ``active_until``; those outside are
     neither run nor recorded MISSED. A job whose periodic task is ``one_off`` runs one slot (the
-    newest due) and its decision is its last (``Decision.last``)."""
+    newest due) and its decision is its last (``Decision.last``). A job with a catch-up window records
+    the missed slots older than it MISSED, whatever its policy."""
     key = (row.schedule, row.timezone, row.next_run_at, row.catch_up, row.jitter_ms, row.active_from,
-           row.active_until)
+           row.active_until, row.catch_up_window)
     if key not in plans:
         try:
             if (row.schedule, row.timezone) not in parsed:
@@ -67,8 +70,10 @@ def plan(row: dispatch.DueJob, now: dt.datetime, plans: dict[PlanKey, catch_up.C
             first = row.next_run_at
             if row.active_from is not None and first < row.active_from:  # slots before the window: never
                 first = schedule.next_after(row.active_from - dt.timedelta(microseconds=1))
+            window = None if row.catch_up_window is None else dt.timedelta(seconds=row.catch_up_window)
             plans[key] = catch_up.plan_catch_up(schedule, first, as_of, row.catch_up,
-                                                 limit=conf.settings.CATCH_UP_LIMIT, end=row.active_until)
+                                                 limit=conf.settings.CATCH_UP_LIMIT, end=row.active_until,
+                                                 window=window)
         except Exception as error:  # one job's bad row must not stop the batch
             logger.error("cron job %s: its schedule %r (%s) cannot be planned: %s", row.name, row.schedule,
                          row.timezone, error)

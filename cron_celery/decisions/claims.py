@@ -23,6 +23,7 @@ from django.db import connection, transaction
 
 from cron_celery import enums
 from cron_celery.decisions import executions, groups, quick_claims, slot_state, waiting
+from cron_celery.decisions import previous as previous_runs
 from cron_celery.declaring import registry
 
 S = enums.Status
@@ -34,20 +35,16 @@ EXE = executions.EXE
 #: finished or is running elsewhere (a broker redelivery); nothing was written.
 DUPLICATE = "DUPLICATE"
 
-
 #: ``Claim.status_seen`` of a duplicate whose execution has no attempt left to take over.
 CAPPED = "CAPPED"
-
 
 #: Outcome of ``begin``: the execution waits for the job's live run, or for the paused job to be
 #: resumed (``waiting.mark``); its message is done with, and the execution is sent again then.
 WAITING = "WAITING"
 
-
 #: Outcome of ``begin``: an execution that already had an attempt (RETRYING, or RUNNING with
 #: an expired lease) reached a paused job; the caller ends it with its failure (``give_up``).
 GIVE_UP = "GIVE_UP"
-
 
 #: Triggers whose executions wait for a live run of their overlap-``skip`` job instead of
 #: being skipped: slots a person (a one-off run recorded ahead too), the catch-up policy or an
@@ -56,7 +53,6 @@ GIVE_UP = "GIVE_UP"
 #: a paused job wait for it to be resumed (a pause does not use them up); see ``waits_its_turn``.
 BUFFERED_TRIGGERS = frozenset({enums.Trigger.BACKFILL, enums.Trigger.CATCH_UP, enums.Trigger.ENQUEUE,
                                enums.Trigger.ADMIN, enums.Trigger.UPSTREAM, enums.Trigger.ONE_OFF})
-
 
 #: The patterns whose slot is checked: a slot runs once (``standard``), or until it succeeds.
 SLOT_CHECKED = (enums.ExecutionPattern.STANDARD, enums.ExecutionPattern.RERUN_ON_FAILURE)
@@ -88,6 +84,8 @@ class Claim:
     status_seen: str = ""  # for DUPLICATE, WAITING, GIVE_UP: the status the execution already had
     blocker: int | None = None  # for WAITING: the live execution it waits for
     params: dict[str, Any] | None = None  # claimed: the parameter values on the row (what the body runs with)
+    previous: previous_runs.PreviousRun | None = None  # claimed: the job's run before it, by slot order
+    last_success: previous_runs.PreviousRun | None = None  # claimed: the job's success before it
 
     @property
     def claimed(self) -> bool:
@@ -266,8 +264,9 @@ def begin(
         )
         # What the insert stored (``executions.params_sql``), from the job's row locked above.
         stored = {**(scheduled or {}), **(given or {})}
+        before, success = previous_runs.read(cursor, job_id, slot, run_number)
         return Claim(outcome=S.RUNNING, execution_id=new_id, run_number=run_number, fence=fence,
-                     params=stored or None)
+                     params=stored or None, previous=before, last_success=success)
 
 
 def _quick_checks(job: registry.Job, execution_id: int | None, force: bool, rerun: bool) -> tuple[bool, bool] | None:
@@ -329,7 +328,7 @@ def _claim_pending(*, job_id: int, execution_id: int, slot: dt.datetime, celery_
 
 def _claimed(row: quick_claims.Claimed | None) -> Claim | None:
     return None if row is None else Claim(outcome=S.RUNNING, execution_id=row[0], run_number=row[1], fence=row[2],
-                                          params=row[3])
+                                          params=row[3], previous=row[4], last_success=row[5])
 
 
 def _record_skip(
@@ -438,7 +437,7 @@ def _take_row(cursor: Any, execution_id: int, fence: int, lease_seconds: int, wo
             celery_task_id = coalesce(nullif(%(task_id)s, ''), celery_task_id)
         WHERE id = %(id)s AND (status IN ('PENDING', 'RETRYING')
               OR (status = 'RUNNING' AND lease_until <= now()))
-        RETURNING run_number, retry_count, params
+        RETURNING run_number, retry_count, params, {previous_runs.of_row(EXE)}
         """,
         {"fence": fence, "lease": lease_seconds, "worker": worker, "pid": pid,
          "task_id": celery_task_id, "id": execution_id},
@@ -447,4 +446,5 @@ def _take_row(cursor: Any, execution_id: int, fence: int, lease_seconds: int, wo
     if row is None:  # changed under us despite the job lock: treat as delivered
         return Claim(outcome=DUPLICATE, execution_id=execution_id, status_seen="CHANGED")
     return Claim(outcome=S.RUNNING, execution_id=execution_id, run_number=row[0],
-                 fence=fence, retry_count=row[1], params=executions.loaded(row[2]))
+                 fence=fence, retry_count=row[1], params=executions.loaded(row[2]),
+                 previous=previous_runs.loaded(row[3]), last_success=previous_runs.loaded(row[4]))

@@ -385,6 +385,7 @@ class DueJob:
     active_from: dt.datetime | None = None  # its window in effect: no slot before it, none at or after the end
     active_until: dt.datetime | None = None
     one_off: bool = False  # its periodic task's one_off: the next slot sent is the last
+    catch_up_window: float | None = None  # seconds: a missed slot older than this is MISSED whatever catch_up says
 
 
 def due_jobs(now: dt.datetime, limit: int = 1000, among: list[int] | None = None,
@@ -399,7 +400,7 @@ def due_jobs(now: dt.datetime, limit: int = 1000, among: list[int] | None = None
         cursor.execute(
             f"""
             SELECT id, next_run_at, task, name, schedule, coalesce(nullif(schedule_timezone, ''), timezone),
-                   catch_up, timezone, jitter_ms, active_from, active_until, one_off
+                   catch_up, timezone, jitter_ms, active_from, active_until, one_off, catch_up_window
             FROM {JOB}
             WHERE due_at <= %s AND NOT paused {only}
             ORDER BY due_at LIMIT %s
@@ -408,7 +409,7 @@ def due_jobs(now: dt.datetime, limit: int = 1000, among: list[int] | None = None
         )
         return [DueJob(job_id=int(row[0]), next_run_at=row[1], task=row[2], name=row[3], schedule=row[4],
                        timezone=row[5], catch_up=row[6], job_timezone=row[7], jitter_ms=int(row[8]),
-                       active_from=row[9], active_until=row[10], one_off=bool(row[11]))
+                       active_from=row[9], active_until=row[10], one_off=bool(row[11]), catch_up_window=row[12])
                 for row in cursor.fetchall()]
 
 

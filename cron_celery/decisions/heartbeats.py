@@ -7,7 +7,7 @@ from __future__ import annotations
 from django.db import connection
 
 from cron_celery import enums
-from cron_celery.decisions import executions
+from cron_celery.decisions import executions, previous
 from cron_celery.decisions.claims import Claim
 
 S = enums.Status
@@ -46,12 +46,13 @@ def own_claim(execution_id: int, worker: str, pid: int) -> Claim | None:
     with the connection: the row is RUNNING, by this worker and process, with a live lease."""
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT run_number, fence, retry_count, params FROM {EXE} WHERE id = %s AND status = 'RUNNING'"
-            " AND worker = %s AND pid = %s AND lease_until > now()",
+            f"SELECT run_number, fence, retry_count, params, {previous.of_row(EXE)}"
+            f" FROM {EXE} WHERE id = %s AND status = 'RUNNING' AND worker = %s AND pid = %s AND lease_until > now()",
             [execution_id, worker, pid],
         )
         row = cursor.fetchone()
     if row is None:
         return None
     return Claim(outcome=S.RUNNING, execution_id=execution_id, run_number=row[0], fence=row[1], retry_count=row[2],
-                 params=executions.loaded(row[3]))
+                 params=executions.loaded(row[3]), previous=previous.loaded(row[4]),
+                 last_success=previous.loaded(row[5]))

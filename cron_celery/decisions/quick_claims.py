@@ -35,7 +35,7 @@ from typing import Any
 
 from django.db import connection
 
-from cron_celery.decisions import executions, statements
+from cron_celery.decisions import executions, previous, statements
 
 JOB = executions.JOB
 EXE = executions.EXE
@@ -61,7 +61,7 @@ _NEW_TYPES = {"job": "bigint", "code": "text", "name": "text", "slot": "timestam
 
 #: A new execution inserted RUNNING (the next run number of its slot), from the job's row ``j``.
 _INSERT = f"""
-    INSERT INTO {EXE} ({executions.INSERT_COLUMNS}, params, params_given)
+    INSERT INTO {EXE} AS claimed ({executions.INSERT_COLUMNS}, params, params_given)
     SELECT %(job)s, %(code)s, %(name)s, %(slot)s, %(date)s,
         coalesce((SELECT max(run_number) FROM {EXE}
                   WHERE job_id = %(job)s AND slot = %(slot)s), 0) + 1,
@@ -70,7 +70,9 @@ _INSERT = f"""
         now() + make_interval(secs => %(lease)s), '[]'::jsonb,
         nullif(coalesce(j.params, '{{}}'::jsonb) || coalesce(%(given)s::jsonb, '{{}}'::jsonb), '{{}}'::jsonb),
         %(params_given)s"""
-_INSERTED = "ON CONFLICT (job_id, slot, run_number) DO NOTHING RETURNING id, run_number, fence, params"
+#: What a claim returns: the row, and what its run is told of the job's history (``previous``).
+_INSERTED = (f"ON CONFLICT (job_id, slot, run_number) DO NOTHING RETURNING claimed.id, claimed.run_number, "
+             f"claimed.fence, claimed.params, {previous.of_row('claimed')}")
 
 #: A new execution, after ``_LOCK``, when nothing stands in the way.
 _NEW = statements.statement("claim", f"{_INSERT} FROM {JOB} AS j WHERE {_CLEAR} {_INSERTED}", _NEW_TYPES)
@@ -91,17 +93,18 @@ _PENDING = statements.statement("claim_pending", f"""
     FROM {JOB} AS j
     WHERE e.id = %(me)s AND e.job_id = %(job)s AND e.slot = %(slot)s AND e.status = 'PENDING'
       AND NOT e.force AND NOT e.forced AND NOT e.params_given AND {_CLEAR}
-    RETURNING e.id, e.run_number, j.fence, e.params
+    RETURNING e.id, e.run_number, j.fence, e.params, {previous.of_row('e')}
     """, {"job": "bigint", "slot": "timestamptz", "lease": "float8", "worker": "text", "pid": "integer",
           "task_id": "text", **_CHECK_TYPES})
 
-Claimed = tuple[int, int, int, dict[str, Any] | None]
+#: (execution id, run number, fence, parameter values, the previous run, the last success).
+Claimed = tuple[int, int, int, dict[str, Any] | None, previous.PreviousRun | None, previous.PreviousRun | None]
 
 
 def new(*, job_id: int, code: str, name: str, slot: dt.datetime, execution_date: dt.date, trigger: str,
         forced: bool, celery_task_id: str, worker: str, pid: int | None, lease_seconds: int,
         given: dict[str, Any] | None, params_given: bool, slot_checked: bool, exclusive: bool) -> Claimed | None:
-    """A new RUNNING execution: (id, run number, fence, parameter values), or None (the full path
+    """A new RUNNING execution (``Claimed``), or None (the full path
     decides: the job is paused or gone, something stands in the way, or another claim took the run
     number first)."""
     values: dict[str, Any] = {
@@ -115,8 +118,7 @@ def new(*, job_id: int, code: str, name: str, slot: dt.datetime, execution_date:
 
 def pending(*, job_id: int, execution_id: int, slot: dt.datetime, celery_task_id: str, worker: str,
             pid: int | None, lease_seconds: int, slot_checked: bool, exclusive: bool) -> Claimed | None:
-    """The message's PENDING execution claimed RUNNING: (id, run number, fence, parameter values), or
-    None (the full path decides)."""
+    """The message's PENDING execution claimed RUNNING (``Claimed``), or None (the full path decides)."""
     return _claim(_LOCK, _PENDING, {
         "job": job_id, "slot": slot, "lease": lease_seconds, "worker": worker, "pid": pid,
         "task_id": celery_task_id, "slot_checked": slot_checked, "exclusive": exclusive, "me": execution_id})
@@ -130,4 +132,5 @@ def _claim(lock: statements.Statement | None, claim: statements.Statement, value
         row = cursor.fetchone()
     if row is None:
         return None
-    return int(row[0]), int(row[1]), int(row[2]), executions.loaded(row[3])
+    return (int(row[0]), int(row[1]), int(row[2]), executions.loaded(row[3]), previous.loaded(row[4]),
+            previous.loaded(row[5]))

@@ -175,7 +175,7 @@ def stranded(grace: float, batch: int) -> list[tuple[Any, ...]]:
     """PENDING and RETRYING executions no worker started within ``grace`` seconds (step 2 of a
     reconciler pass): (id, job id, slot, status, trigger, times sent again, Celery task id, task
     name, the job's catch-up policy, whether it waited its turn, whether a newer beat slot of the
-    job exists, created at)."""
+    job exists, created at, whether its slot is older than the job's catch-up window)."""
     group_limits = json.dumps(groups.limits())
     with connection.cursor() as cursor:
         cursor.execute(
@@ -184,7 +184,8 @@ def stranded(grace: float, batch: int) -> list[tuple[Any, ...]]:
                    j.task, j.catch_up, e.waiting_since IS NOT NULL,
                    EXISTS (SELECT 1 FROM {EXE} AS newer WHERE newer.job_id = e.job_id AND newer.slot > e.slot
                            AND newer.trigger IN ('BEAT', 'CATCH_UP')),
-                   e.created_at
+                   e.created_at,
+                   coalesce(e.slot < now() - make_interval(secs => j.catch_up_window), false)
             FROM {JOB} AS j CROSS JOIN LATERAL (
                 SELECT * FROM {EXE} WHERE job_id = j.id AND status IN ('PENDING', 'RETRYING')
                   AND coalesce(lease_until, created_at) < now() - make_interval(secs => %s)

@@ -12,7 +12,7 @@ import re
 import zoneinfo
 from typing import TypeVar
 
-from cron_celery import conf, enums, exceptions, schedules
+from cron_celery import catch_up, conf, enums, exceptions, schedules
 
 #: A job's name: a lower-case slug; a code: letters, digits, '.', '-' or '_'.
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,99}$")
@@ -194,6 +194,35 @@ def read_timing(job: str, start_deadline: object, max_runtime: object,
         raise exceptions.ImproperlyDeclared(
             f"min_runtime ({shortest:g} s) must be shorter than max_runtime ({longest:g} s).", job=job)
     return deadline, longest, shortest
+
+
+def read_catch_up_window(job: str, value: object, policy: enums.CatchUp,
+                         schedule: schedules.Schedule | None) -> float | None:
+    """``catch_up_window``: a ``timedelta`` or seconds, or None. Only for a job with a schedule of its own
+    whose overdue slots may run late (``latest``, ``all``), and no shorter than the lateness within
+    which the schedule's slots count as on time."""
+    if value is None:
+        return None
+    raw = value.total_seconds() if isinstance(value, dt.timedelta) else value
+    if not valid_bound(raw):
+        raise exceptions.ImproperlyDeclared(
+            f"catch_up_window must be a timedelta or a number of seconds greater than 0 and at most "
+            f"{LONGEST_BOUND:.0e} s, not {value!r}.", job=job)
+    if schedule is None:
+        raise exceptions.ImproperlyDeclared(
+            "catch_up_window is for a job with a schedule of its own (a job run after= its upstreams, or "
+            "only on demand, has no overdue slots of its own).", job=job)
+    if policy == enums.CatchUp.NONE:
+        raise exceptions.ImproperlyDeclared(
+            "catch_up_window has no effect with catch_up='none' (no overdue slot runs late): use 'latest' or "
+            "'all', or drop the window.", job=job)
+    seconds = float(raw)  # type: ignore[arg-type]
+    shortest = catch_up.shortest_window(schedule).total_seconds()
+    if seconds < shortest:
+        raise exceptions.ImproperlyDeclared(
+            f"catch_up_window ({seconds:g} s) must be at least {shortest:g} s: this schedule's slots count as "
+            "on time when sent that late, and a shorter window would record them MISSED.", job=job)
+    return seconds
 
 
 def read_alert_on_upstream(job: str, value: object, upstreams: tuple[str, ...]) -> bool:

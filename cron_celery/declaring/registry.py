@@ -34,6 +34,9 @@ class Job:
     description: str = ""
     schedule: schedules.Schedule | None = None
     catch_up: enums.CatchUp = enums.CatchUp.LATEST
+    #: Seconds: an overdue slot older than this is recorded MISSED whatever ``catch_up`` says (None:
+    #: no window; see ``catch_up.plan_catch_up``).
+    catch_up_window: float | None = None
     #: Retries (see ``retries``): attempts after the first, the backoff (seconds, True = 1,
     #: False = Celery's ``default_retry_delay``), its cap and jitter, which exceptions
     #: retry, and whether a reported failure (``{"error": True}``, ``JobFailed``) does.
@@ -148,6 +151,7 @@ def declare(
     description: str = "",
     schedule: object = None,
     catch_up: object = None,
+    catch_up_window: object = None,
     max_retries: object = None,
     retry_backoff: object = True,
     retry_backoff_max: object = 600,
@@ -195,9 +199,10 @@ def declare(
     channels = options.read_notify(name, notify)
     retry_on_types = options.read_exception_types(name, retry_on)
     policy = options.read_choice(enums.CatchUp, catch_up if catch_up is not None else "latest", name, "catch_up")
+    window_seconds = options.read_catch_up_window(name, catch_up_window, policy, parsed)
     return Job(
         name=name, code=code, task_name=task_name, pattern=chosen_pattern, overlap=chosen_overlap, timezone=tz,
-        description=description, schedule=parsed, catch_up=policy,
+        description=description, schedule=parsed, catch_up=policy, catch_up_window=window_seconds,
         max_retries=int(retries), retry_backoff=backoff if backoff is not None else True,
         retry_backoff_max=backoff_max if backoff_max is not None else 600, retry_jitter=bool(retry_jitter),
         retry_on=retry_on_types, retry_on_failure=bool(retry_on_failure),

@@ -231,7 +231,7 @@ def _stranded(report: Report, options: dict[str, Any], me: str) -> None:
     limit = int(options["REPUBLISH_LIMIT"])
     late: list[tuple[dt.datetime, int]] = []
     for (execution_id, job_id, slot, status, trigger, republished, task_id, task_name, job_catch_up, waits,
-         newer, created_at) in rows:
+         newer, created_at, too_old) in rows:
         verdict = verdicts.get(task_id, inflight.GONE) if task_id else inflight.GONE
         if verdict == inflight.QUEUED:
             # Late, not lost: behind a backlog, prefetched, or waiting for its countdown.
@@ -259,9 +259,11 @@ def _stranded(report: Report, options: dict[str, Any], me: str) -> None:
                 report.resent += 1
             continue
         by_beat = status == S.PENDING and trigger in (enums.Trigger.BEAT, enums.Trigger.CATCH_UP)
-        if by_beat and (job_catch_up == enums.CatchUp.NONE or (job_catch_up == enums.CatchUp.LATEST and newer)):
+        if by_beat and (job_catch_up == enums.CatchUp.NONE or (job_catch_up == enums.CatchUp.LATEST and newer)
+                        or too_old):
             policy = "its catch-up policy is 'none'" if job_catch_up == enums.CatchUp.NONE else \
-                "a newer slot was dispatched since (catch-up 'latest')"
+                "a newer slot was dispatched since (catch-up 'latest')" if not too_old else \
+                "it is older than the job's catch_up_window"
             if outcomes.unstarted(
                 registry.by_task_name(task_name), job_id=job_id, execution_id=execution_id, slot=slot,
                 status=S.MISSED, error_code="NOT_DELIVERED",

@@ -25,7 +25,7 @@ DECLARATION_OPTIONS = ("name", "code", "pattern", "execution_pattern", "overlap"
 JOB_OPTIONS = ("max_retries", "retry_backoff", "retry_backoff_max", "retry_jitter", "retry_on",
                "retry_on_failure", "soft_time_limit", "time_limit", "notify", "alert_after", "alert_repeat",
                "max_concurrency", "concurrency_group", "jitter", "after", "active_from", "active_until",
-               "alert_on_upstream", "start_deadline", "max_runtime", "min_runtime")
+               "alert_on_upstream", "start_deadline", "max_runtime", "min_runtime", "catch_up_window")
 
 
 
@@ -148,6 +148,8 @@ def cron_task(
       ``every(minutes=15)``), read in the job's timezone (default: none, run only when asked).
     - ``timezone=``: an IANA name (default ``DEFAULT_TIMEZONE``, else Django's ``TIME_ZONE``).
     - ``catch_up=``: ``"latest"`` (default), ``"none"`` or ``"all"``: slots missed while no beat ran.
+    - ``catch_up_window=``: a ``timedelta`` or seconds: a missed slot older than this is recorded
+      ``MISSED`` whatever ``catch_up`` says (default: none).
     - ``pattern=``: ``"standard"`` (default: once per slot), ``"rerun_on_failure"``, ``"always"`` or
       ``"rate_limited"``.
     - ``overlap=``: ``"skip"`` (default: a slot meeting a live run is skipped) or ``"allow"``.

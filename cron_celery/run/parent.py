@@ -17,8 +17,8 @@ the Celery task id its claim recorded), this worker (``identity.WORKER``: the ho
 this main process, which its children share) and the child's pid: never by host and pid alone,
 which repeat across pid namespaces (containers with host networking). So a row another worker
 runs, or has taken over since, is never touched; nor is a run the job's next run superseded (its
-lease ran out while its worker was frozen or cut off): that death is fenced like its outcome. When the parent itself dies, the reconciler does
-the same after the lease expires.
+lease ran out while its worker was frozen or cut off): that death is fenced like its outcome.
+When the parent itself dies, the reconciler does the same after the lease expires.
 
 A revoked task (``celery control revoke``/``terminate``, Flower) ends its execution
 ``REVOKED`` at once, final: with ``terminate`` the row is written *before* the child is

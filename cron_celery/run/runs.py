@@ -19,6 +19,7 @@ from django.db import DatabaseError, DataError, connection, transaction
 
 from cron_celery import conf, enums, exceptions, slots
 from cron_celery.decisions import claims, executions, finishes, heartbeats, jobs
+from cron_celery.decisions import previous as previous_runs
 from cron_celery.declaring import params, registry
 from cron_celery.run import callers, identity, leases, limits, locks, outcomes, reconnect, retries, shutdown
 from cron_celery.run.results import clean_text, describe_exception, interpret, interpret_plain
@@ -38,6 +39,8 @@ class Run:
     ``key`` is the idempotency key ``"{code}:{slot}"`` for external calls.
     ``params`` (read-only) holds the values of the job's parameters this run was given, as their
     annotated types, the defaults for the rest: what the body also receives as keyword arguments.
+    ``previous``, ``last_success``: the job's run before this one by slot order, and its newest
+    success, as the claim read them; None when there is none (``decisions.previous``).
     """
 
     job: str
@@ -53,6 +56,8 @@ class Run:
     logger: logging.LoggerAdapter[logging.Logger]
     cancelled: threading.Event
     params: Mapping[str, Any] = dataclasses.field(default_factory=lambda: types.MappingProxyType({}))
+    previous: previous_runs.PreviousRun | None = None
+    last_success: previous_runs.PreviousRun | None = None
 
     def check(self) -> None:
         """Call it between units of work: raises ``Interrupted`` when the worker is shutting
@@ -338,8 +343,8 @@ def _call(attempt: _Attempt, call: Callable[[Run], Any]) -> _Called:
         attempt=claim.retry_count + 1, fence=claim.fence, key=slots.run_key(job.code, slot),
         execution_id=claim.execution_id, run_number=claim.run_number, trigger=attempt.trigger,
         logger=logging.LoggerAdapter(logging.getLogger(f"cron_celery.jobs.{job.name}"), extra),
-        cancelled=cancelled, params=types.MappingProxyType(values),
-    )
+        cancelled=cancelled, params=types.MappingProxyType(values), previous=claim.previous,
+        last_success=claim.last_success)
     outcomes.started(job, claim.execution_id, slot, claim.retry_count + 1)
     if not callers.in_test_transaction():  # there, no other session sees the row: nothing to renew, nobody to take it
         leases.track(claim.execution_id, claim.fence, attempt.lease_seconds, cancelled, extra,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import time
 
@@ -44,6 +45,14 @@ def hourly_exclusive_limited(run: Run) -> str:
         time.sleep(30)
     _note(run, "hourly-exclusive-limited")
     return f"slot {run.slot:%H:%M}"
+
+
+@cron_task(name="hourly-window", code="W012", schedule=every(hours=1), overlap="allow", catch_up="all",
+           catch_up_window=dt.timedelta(hours=6))
+def hourly_window(run: Run) -> str:
+    """An hourly catch-up ``all`` job with a six-hour catch-up window; its body ends at once."""
+    _note(run, "hourly-window")
+    return f"slot {run.slot:%d %H:%M}"
 
 
 @cron_task(name="retry-meets-next", code="W002", overlap="skip", max_retries=1, retry_backoff=2,
