@@ -175,3 +175,21 @@ def test_a_kwargs_edit_answered_by_a_database_error_allows_either_values_until_a
     assert person.kwargs_in_effect(at(5)) == [{}]
     assert person.kwargs_in_effect(at(20)) == [{}, {"region": "us"}]
     assert person.kwargs_in_effect(at(40)) == [{"n": 3}]
+
+
+def test_a_run_told_a_history_other_than_its_claim_saw_is_reported() -> None:
+    """run.previous / run.last_success: the newest earlier execution that had ended (succeeded) when the
+    claim was made; rows that ended within the slack of the claim may go either way."""
+    history = [row(1, "S02", 0, ended=1), row(2, "S02", 3, "FAILED", ended=4), row(3, "S02", 6, started=10, ended=11)]
+    told = {"ev": "start", "job": "S02", "previous": 2, "last_success": 1}
+    assert not run_checks(history, starts={(3, 3): told})
+    assert "HISTORY_WRONG" in run_checks(history, starts={(3, 3): {**told, "previous": 1}})  # 2 had ended
+    assert "HISTORY_WRONG" in run_checks(history, starts={(3, 3): {**told, "last_success": 2}})  # 2 failed
+    assert "HISTORY_WRONG" in run_checks(history, starts={(3, 3): {**told, "previous": None}})
+    assert "HISTORY_WRONG" in run_checks(history, starts={(1, 1): {**told, "previous": None, "last_success": 3}})
+    first = {"ev": "start", "job": "S02", "previous": None, "last_success": None}
+    assert not run_checks(history, starts={(1, 1): first})
+    # An earlier slot that ended only after the claim was not seen: told the one before it.
+    late = [row(1, "S02", 0, ended=1), row(2, "S02", 3, ended=20), row(3, "S02", 6, started=10, ended=11)]
+    assert not run_checks(late, starts={(3, 3): {**told, "previous": 1}})
+    assert "HISTORY_WRONG" in run_checks(late, starts={(3, 3): {**told, "previous": 2, "last_success": 1}})

@@ -17,6 +17,8 @@ round (``check_round``) and once everything is delivered, ended and reconciled (
   every slot an upstream has a decided execution of ends in a recorded decision downstream;
 - **windows, pauses, one_off**: a beat round records slots only inside the job's window, never for a
   paused job (but the forced last slot of a ``one_off``), never beyond the clock;
+- **the catch-up window**: a beat round records a slot older than the job's ``catch_up_window``
+  ``MISSED`` and sends every newer one (``up2``: ``all``);
 - **the slot stream**: a job nobody paused, edited or removed has one beat row for each of its
   slots up to the clock: none lost, none twice;
 - **timing alerts**: ``LATE`` and ``LONG_RUNNING`` at most once per execution, and a marked run has
@@ -128,6 +130,11 @@ def check_round(world: fh.World, known: Known, before: int) -> None:
             f"{key}: slot {row.slot} before its window opens at {job.active_from}")
         assert job.active_until is None or row.slot < job.active_until, (
             f"{key}: slot {row.slot} at or after its window's end {job.active_until}")
+        window = world.declared[key].catch_up_window
+        if window is not None and not row.force:
+            old = row.slot < known.now - dt.timedelta(seconds=window)
+            assert (row.status == "MISSED") == old, (
+                f"{key}: slot {row.slot} recorded {row.status} at {known.now}, its catch-up window is {window:g} s")
 
 
 def check_stream(world: fh.World, known: Known, rows: list[fh.Row]) -> None:

@@ -61,7 +61,9 @@ def body_with_region(run: runs.Run, *, region: str = "eu") -> Any:
 FEATURES: dict[str, dict[str, Any]] = {
     "up1": dict(pattern="standard", overlap="skip", schedule=every(hours=1), catch_up="latest", max_retries=1,
                 retry_on_failure=True, start_deadline=1, max_runtime=1, min_runtime=0.5),
-    "up2": dict(pattern="always", overlap="skip", schedule=every(hours=1), catch_up="all"),
+    # Its catch-up window: a beat round three hours on records the oldest slot (two hours old) MISSED.
+    "up2": dict(pattern="always", overlap="skip", schedule=every(hours=1), catch_up="all",
+                catch_up_window=90 * 60),
     "down": dict(pattern="standard", overlap="skip", after=["up1", "up2"], alert_on_upstream=True, max_retries=1),
     "tail": dict(pattern="always", overlap="skip", after=["down", "jit"], start_deadline=1),  # a second fan-in
     "g1": dict(pattern="always", overlap="allow", schedule=every(hours=1), catch_up="all", max_retries=1,

@@ -11,7 +11,9 @@
 - the person's one-off runs ran at most once, at or after their time, and a cancelled one never;
   the person's runs with values are their own executions;
 - the tracked plain task: every recorded success was its body's, under a claim; nothing ran untracked;
-- the paused upstream: no beat slot recorded while it was paused.
+- the paused upstream: no beat slot recorded while it was paused;
+- the run before: each body was told (``run.previous``, ``run.last_success``) the newest execution
+  before it, by slot and run number, that had ended (that had succeeded) when its claim was made.
 """
 
 from __future__ import annotations
@@ -30,6 +32,11 @@ from tests.soak.history import BODY_STATUSES, OPEN, Result, Row
 EDIT_LAG = 3.0
 DEFAULTS = {"region": "eu", "n": 0}
 FEATURE_SKIPS = ("UPSTREAM", "CONCURRENCY", "CANCELLED", "PAUSED")
+#: Seconds between a final write's end time (its statement's clock) and what a claim's snapshot sees:
+#: an execution that ended this long before a claim was seen by it; one ended after it, was not.
+SEEN_SLACK = 2.0
+#: The statuses of executions that ran and ended (``run.previous``), and of successes.
+RAN = ("SUCCEEDED", "FAILED", "TIMED_OUT", "LOST", "REVOKED")
 
 
 @dataclasses.dataclass
@@ -125,6 +132,7 @@ def check_all(rows: list[Row], starts: Lines, ends: Lines, tracked_lines: list[d
     _person(rows, starts, person, result)
     _tracked(rows, tracked_lines, result)
     _paused(by_job, person, result)
+    _told(rows, by_job, starts, result)
 
 
 def _skips(rows: list[Row], person: Person, result: Result) -> None:
@@ -375,3 +383,35 @@ def _paused(by_job: dict[str, list[Row]], person: Person, result: Result) -> Non
                     start + EDIT_LAG <= moment <= end for start, end in person.pauses(code, certain=True)):
                 result.flag("DISPATCHED_WHILE_PAUSED", row, f"{code} slot {row.slot:%H:%M:%S} recorded "
                             f"{row.created_at:%H:%M:%S.%f} while it was paused")
+
+
+def _told(rows: list[Row], by_job: dict[str, list[Row]], starts: Lines, result: Result) -> None:
+    """What each body was told of the job's history is what its claim saw: the newest execution before
+    it that had ended (``previous``; ``last_success``: that had succeeded), and none when none had."""
+    by_id = {row.id: row for row in rows}
+    slack = dt.timedelta(seconds=SEEN_SLACK)
+    for (execution_id, fence), line in starts.items():
+        row = by_id.get(execution_id)
+        claim = next((a for a in row.claims() if a.get("fence") == fence), None) if row is not None else None
+        if row is None or claim is None or claim.get("started") is None or "previous" not in line:
+            continue
+        claimed_at = claim["started"]
+        before = [other for other in by_job[row.job] if (other.slot, other.run_number) < (row.slot, row.run_number)]
+        for key, statuses in (("previous", RAN), ("last_success", ("SUCCEEDED",))):
+            ended = [other for other in before if other.status in statuses and other.ended is not None]
+            surely = max((o for o in ended if o.ended <= claimed_at - slack),  # type: ignore[operator]
+                         key=_order, default=None)
+            told = by_id.get(line[key]) if line[key] is not None else None
+            what = "succeeded" if len(statuses) == 1 else "ended"
+            if line[key] is not None and (told is None or told not in ended
+                                          or told.ended > claimed_at + slack):  # type: ignore[operator]
+                result.flag("HISTORY_WRONG", row, f"{key} under fence {fence}: execution {line[key]} is not an "
+                            f"earlier execution of {row.job} that had {what} by its claim at {claimed_at:%H:%M:%S.%f}")
+            elif surely is not None and (told is None or _order(told) < _order(surely)):
+                result.flag("HISTORY_WRONG", row, f"{key} under fence {fence}: told {line[key]}, but execution "
+                            f"{surely.id} (slot {surely.slot:%H:%M:%S}) came later and had ended at "
+                            f"{surely.ended:%H:%M:%S.%f}, before its claim at {claimed_at:%H:%M:%S.%f}")
+
+
+def _order(row: Row) -> tuple[dt.datetime, int]:
+    return row.slot, row.run_number

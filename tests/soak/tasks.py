@@ -46,7 +46,10 @@ def _mark(event: str, spec: specs.JobSpec, run: Run, **extra: Any) -> None:
 
 def body(spec: specs.JobSpec, run: Run) -> Any:
     slot = int(run.slot.timestamp())
-    _mark("start", spec, run, **({"params": dict(run.params)} if spec.params else {}))
+    # What the claim told the run of the job's history (run.previous, run.last_success): execution ids.
+    told = {"previous": run.previous and run.previous.execution_id,
+            "last_success": run.last_success and run.last_success.execution_id}
+    _mark("start", spec, run, **told, **({"params": dict(run.params)} if spec.params else {}))
     outcome = "error"
     try:
         seconds = specs.duration(spec, slot, run.attempt)
