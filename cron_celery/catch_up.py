@@ -72,21 +72,22 @@ def plan_catch_up(schedule: Schedule, due_since: dt.datetime, now: dt.datetime, 
 
 def _with_window(schedule: Schedule, due_since: dt.datetime, now: dt.datetime, policy: str, limit: int,
                  end: dt.datetime | None, horizon: dt.datetime) -> CatchUpPlan:
-    """``plan_catch_up`` for a job whose slots before ``horizon`` fell out of its catch-up window."""
+    """``plan_catch_up`` for a job whose slots before ``horizon`` fell out of its catch-up window: the
+    slots inside it are planned by the policy; the newest of those that fell out are recorded MISSED
+    in the room ``limit`` leaves (``unrecorded_before``: where the record starts, when it does not
+    reach back to ``due_since``)."""
     before = horizon if end is None else min(horizon, end)
-    old: list[dt.datetime] = []
-    slot = due_since
-    while slot < before and len(old) < limit:
-        old.append(slot)
-        slot = schedule.next_after(slot)
-    unrecorded_before = None
-    if slot < before:  # more fell out than ``limit``: record the newest, found from the horizon
-        old = (old + _newest_slots(schedule, slot, before - dt.timedelta(microseconds=1), limit))[-limit:]
+    inside = plan_catch_up(schedule, schedule.next_after(before - dt.timedelta(microseconds=1)), now, policy,
+                           limit, end)
+    room = limit - len(inside.run) - len(inside.missed)
+    old = _newest_slots(schedule, due_since, before - dt.timedelta(microseconds=1), room) if room > 0 else []
+    recorded = old + inside.missed + inside.run
+    unrecorded_before = inside.unrecorded_before
+    if old and old[0] > due_since:
         unrecorded_before = old[0]
-        slot = schedule.next_after(old[-1])
-    inside = plan_catch_up(schedule, slot, now, policy, limit, end)
-    return dataclasses.replace(inside, missed=old + inside.missed,
-                               unrecorded_before=unrecorded_before or inside.unrecorded_before)
+    elif room <= 0 and due_since < before and unrecorded_before is None:  # no room for a slot that fell out
+        unrecorded_before = min(recorded, default=inside.next_run_at)
+    return dataclasses.replace(inside, missed=old + inside.missed, unrecorded_before=unrecorded_before)
 
 
 def shortest_window(schedule: Schedule) -> dt.timedelta:

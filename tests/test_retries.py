@@ -641,6 +641,19 @@ def test_undispatched_slots_under_all_wait_for_beat_and_fresh_or_paused_jobs_are
 
 
 @reconcile_settings
+def test_undispatched_slots_of_an_all_job_older_than_its_catch_up_window_are_missed_the_rest_wait_for_beat():
+    """No beat runs: the slots that fell out of the window never run, whatever the policy, so the
+    reconciler records them MISSED (cutoff 12:30, a two-hour window: before 10:30); 11:00 and 12:00
+    are inside it and wait for the beat, which sends them late."""
+    _job, job_id = make_job(catch_up="all", schedule=HOURLY, catch_up_window=dt.timedelta(hours=2))
+    CronJob.objects.filter(id=job_id).update(schedule=HOURLY, schedule_timezone="UTC", next_run_at=EIGHT)
+    assert reconciler.run_pass(NOW) == report(missed=3)
+    assert slots_of(job_id, Status.MISSED) == hours(8, 9, 10)
+    assert CronExecution.objects.filter(job_id=job_id).exclude(status=Status.MISSED).count() == 0
+    assert CronJob.objects.get(id=job_id).next_run_at == NOW.replace(hour=11, minute=0)
+
+
+@reconcile_settings
 def test_an_interval_job_records_its_missed_slots_too():
     _job, job_id = overdue("none", schedule="every 600s", next_run_at=NOW.replace(hour=11, minute=0))
     # cutoff 12:30: 11:00 ... 12:30 is ten slots; the last is exactly at the cutoff, so on time

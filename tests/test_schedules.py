@@ -329,12 +329,13 @@ def test_a_window_does_not_change_catch_up_none():
     assert plan_catch_up(*args, window=dt.timedelta(hours=1)) == plan_catch_up(*args)
 
 
-def test_a_week_fallen_out_of_the_window_records_at_most_limit_misses_then_runs_the_window():
+def test_a_week_fallen_out_of_the_window_records_at_most_limit_rows_then_runs_the_window():
+    """The window's 30 slots run; the newest 70 of those that fell out fill the rest of the 100 rows."""
     minutely = every(minutes=1)
     now = utc(2026, 11, 29, 0, 0, 10)
     plan = plan_catch_up(minutely, utc(2026, 11, 22, 0), now, "all", limit=100, window=dt.timedelta(minutes=30))
     horizon_first = utc(2026, 11, 28, 23, 31)  # the first slot inside the window (23:30 is 30 min 10 s old)
-    assert plan.missed == [horizon_first - dt.timedelta(minutes=100 - i) for i in range(100)]
+    assert plan.missed == [horizon_first - dt.timedelta(minutes=70 - i) for i in range(70)]
     assert plan.unrecorded_before == plan.missed[0]
     assert plan.run == [horizon_first + dt.timedelta(minutes=i) for i in range(30)]
     assert plan.next_run_at == utc(2026, 11, 29, 0, 1)
@@ -345,3 +346,21 @@ def test_a_window_stops_at_the_active_until_of_the_job():
     plan = plan_catch_up(HOURLY, utc(2026, 11, 29, 1), utc(2026, 11, 29, 10, 20), "all", end=end, window=SIX_HOURS)
     assert [s.strftime("%H:%M") for s in plan.missed] == ["01:00", "02:00", "03:00", "04:00"]
     assert [s.strftime("%H:%M") for s in plan.run] == ["05:00", "06:00", "07:00", "08:00"]
+
+
+def test_a_window_wider_than_the_limit_records_limit_rows_and_says_where_the_record_starts():
+    """Three hours down, a minutely latest job, a 30-minute window, a limit of 5: the newest five
+    slots are recorded (four MISSED, the newest run), nothing of the rest, and the record is said to
+    start at the first of the five — no gap left unsaid, no more rows than the limit."""
+    minutely = every(minutes=1)
+    plan = plan_catch_up(minutely, utc(2026, 11, 29, 9), utc(2026, 11, 29, 12, 0, 10), "latest", limit=5,
+                         window=dt.timedelta(minutes=30))
+    assert plan.run == [utc(2026, 11, 29, 12)]
+    assert plan.missed == [utc(2026, 11, 29, 11, 56) + dt.timedelta(minutes=i) for i in range(4)]
+    assert plan.unrecorded_before == utc(2026, 11, 29, 11, 56)
+    assert plan.next_run_at == utc(2026, 11, 29, 12, 1)
+    all_ = plan_catch_up(minutely, utc(2026, 11, 29, 9), utc(2026, 11, 29, 12, 0, 10), "all", limit=5,
+                         window=dt.timedelta(minutes=30))
+    assert all_.run == [utc(2026, 11, 29, 11, 31) + dt.timedelta(minutes=i) for i in range(5)] and all_.truncated
+    assert all_.missed == [] and all_.unrecorded_before == utc(2026, 11, 29, 11, 31)
+    assert all_.next_run_at == utc(2026, 11, 29, 11, 36)

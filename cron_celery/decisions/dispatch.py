@@ -392,10 +392,10 @@ def due_jobs(now: dt.datetime, limit: int = 1000, among: list[int] | None = None
              skip_catch_up: str | None = None) -> list[DueJob]:
     """Unpaused jobs whose next slot is due to be sent (``due_at``: the slot plus the job's
     jitter), the earliest first, through the index on ``due_at``; ``among`` limits it to some
-    job ids, ``skip_catch_up`` leaves out the jobs with that catch-up policy."""
+    job ids, ``skip_catch_up`` leaves out the jobs with that catch-up policy and no catch-up window."""
     only = "" if among is None else "AND id = ANY(%s)"
     if skip_catch_up is not None:
-        only += f" AND catch_up <> '{enums.CatchUp(skip_catch_up).value}'"
+        only += f" AND (catch_up <> '{enums.CatchUp(skip_catch_up).value}' OR catch_up_window IS NOT NULL)"
     with connection.cursor() as cursor:
         cursor.execute(
             f"""

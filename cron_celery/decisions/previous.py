@@ -2,9 +2,10 @@
 claim, in the claim's own statement or transaction.
 
 Both go by slot order, not by when runs ended: the previous run is the job's newest execution before
-this run's (slot, run number) that ran and ended (SUCCEEDED, FAILED, TIMED_OUT, LOST or REVOKED; a
-skipped or missed slot did not run, a run still going has no outcome yet); the last success is the
-newest SUCCEEDED one before it. A run of the newest slot is told about the slots before it, a
+this run's (slot, run number) that was claimed and ended (SUCCEEDED, FAILED, TIMED_OUT, LOST or
+REVOKED, with a start: a skipped or missed slot, a message never sent or never delivered, a run
+revoked before it started did not run; a run still going has no outcome yet); the last success is
+the newest SUCCEEDED one before it. A run of the newest slot is told about the slots before it, a
 backfilled day about the days before that day, and a second run of a slot (forced, re-run) about the
 slot's first. Both are read through the (job, slot, run number) index, backwards from this run.
 """
@@ -41,26 +42,29 @@ class PreviousRun:
         return self.status == "SUCCEEDED"
 
 
-def _newest(job: str, slot: str, run_number: str, statuses: tuple[str, ...]) -> str:
+def _newest(job: str, slot: str, run_number: str, statuses: tuple[str, ...], seen_by: str | None) -> str:
     chosen = ", ".join(f"'{status}'" for status in statuses)
+    seen = "" if seen_by is None else f" AND p.ended <= {seen_by}"
     return f"""(SELECT jsonb_build_object('id', p.id, 'slot', p.slot, 'run_number', p.run_number,
                                           'status', p.status, 'result', p.result, 'ended', p.ended,
                                           'trigger', p.trigger)
                 FROM {EXE} AS p
                 WHERE p.job_id = {job} AND p.slot <= {slot} AND (p.slot, p.run_number) < ({slot}, {run_number})
-                  AND p.status IN ({chosen})
+                  AND p.status IN ({chosen}) AND p.started IS NOT NULL{seen}
                 ORDER BY p.slot DESC, p.run_number DESC LIMIT 1)"""
 
 
-def columns(job: str, slot: str, run_number: str) -> str:
+def columns(job: str, slot: str, run_number: str, seen_by: str | None = None) -> str:
     """SQL for two jsonb columns (of a claim's RETURNING, or a SELECT): the previous run and the last
-    success of the run of job ``job`` at ``slot`` numbered ``run_number`` (SQL expressions)."""
-    return f"{_newest(job, slot, run_number, RAN)}, {_newest(job, slot, run_number, ('SUCCEEDED',))}"
+    success of the run of job ``job`` at ``slot`` numbered ``run_number`` (SQL expressions); with
+    ``seen_by``, of those that had ended by then (a claim found again reads what it saw when made)."""
+    return (f"{_newest(job, slot, run_number, RAN, seen_by)}, "
+            f"{_newest(job, slot, run_number, ('SUCCEEDED',), seen_by)}")
 
 
-def of_row(table: str) -> str:
+def of_row(table: str, seen_by: str | None = None) -> str:
     """``columns`` for the row of ``table`` (a table name or alias) a statement claims."""
-    return columns(f"{table}.job_id", f"{table}.slot", f"{table}.run_number")
+    return columns(f"{table}.job_id", f"{table}.slot", f"{table}.run_number", seen_by)
 
 
 def read(cursor: Any, job_id: int, slot: dt.datetime, run_number: int) -> tuple[PreviousRun | None, PreviousRun | None]:

@@ -17,7 +17,9 @@ transaction with one commit:
 
 A new run with no check at all (pattern ``always`` with overlap ``allow``, or a forced, re-run or
 parameterised run of an overlap-``allow`` job) is one statement instead: its lock and its insert,
-as nothing a snapshot taken before the lock could miss matters to it.
+as nothing a snapshot taken before the lock could miss matters to it — but the history its run is
+told (``previous``), read with that snapshot, leaves out a run of the job that ended while this
+claim waited for the lock (such runs overlap anyway: the job allows it).
 
 Anything else claims nothing (the fence taken is simply not used) and returns None: the caller
 takes the full path, which reads the same state under the lock and decides (a skip, a wait, a

@@ -185,7 +185,8 @@ def stranded(grace: float, batch: int) -> list[tuple[Any, ...]]:
                    EXISTS (SELECT 1 FROM {EXE} AS newer WHERE newer.job_id = e.job_id AND newer.slot > e.slot
                            AND newer.trigger IN ('BEAT', 'CATCH_UP')),
                    e.created_at,
-                   coalesce(e.slot < now() - make_interval(secs => j.catch_up_window), false)
+                   coalesce(e.slot + make_interval(secs => j.jitter_ms / 1000.0)
+                            < now() - make_interval(secs => j.catch_up_window), false)
             FROM {JOB} AS j CROSS JOIN LATERAL (
                 SELECT * FROM {EXE} WHERE job_id = j.id AND status IN ('PENDING', 'RETRYING')
                   AND coalesce(lease_until, created_at) < now() - make_interval(secs => %s)

@@ -23,7 +23,8 @@ A pass has four steps, each bounded by ``RECONCILE["BATCH"]`` rows:
    served by ``metrics``).
 3. **Undispatched slots.** A job whose next slot is more than ``MISSED_GRACE`` seconds
    overdue has no running beat. Slots its catch-up policy will not run later are recorded
-   MISSED now (the newest one is left for beat under ``latest``; ``all`` waits for beat).
+   MISSED now (the newest one is left for beat under ``latest``; ``all`` waits for beat, but for
+   the slots older than its ``catch_up_window``, which never run).
 
    **Undecided downstream slots.** An upstream execution (``after=``) that ended in the last
    hour, at least ``PENDING_GRACE`` ago, while its downstream job's row existed, whose

@@ -88,6 +88,11 @@ class Nemesis:
 
     def supervise(self) -> None:
         now = time.monotonic()
+        if self._server_free("postgres") and not self.cluster.postgres.running():
+            # Down with no fault of ours keeping it so (a heal that ran and was undone): the soak's
+            # database must come back, whatever stopped it; said, as the harness's own trouble.
+            logger.warning("soak: PostgreSQL was down with no fault holding it; starting it again")
+            self.cluster.postgres.start()
         for service in self.cluster.services():
             if service.alive() or service.proc is None or service.retired:
                 continue
@@ -268,7 +273,10 @@ class Nemesis:
     def _pg_terminate(self) -> bool:
         if not self._server_free("postgres"):
             return False
-        ended = self.cluster.postgres.terminate_backends(DATABASE)
+        try:
+            ended = self.cluster.postgres.terminate_backends(DATABASE)
+        except psycopg.OperationalError:  # down after all (a restart that ran late): another fault instead
+            return False
         self._begin("pg-terminate", "postgres", f"{ended} backends").ended = time.time()
         return True
 
@@ -303,6 +311,9 @@ class Nemesis:
         self.server_busy_until["postgres"] = time.monotonic() + held + down + 5
 
         def restart() -> None:
+            # Run late (the nemesis was busy healing), it still keeps PostgreSQL out of other draws
+            # until it is started again.
+            self.server_busy_until["postgres"] = max(self.server_busy_until["postgres"], time.monotonic() + down + 5)
             self.cluster.postgres.stop(mode)
             with contextlib.suppress(psycopg.Error):
                 holder.close()
