@@ -27,10 +27,12 @@ EXAMPLE, EXAMPLE_MODULE = "cron_celery_example", "tests.migration_example"
 TABLES = ("cron_celery_cronjob", "cron_celery_cronexecution")
 
 #: The schema as text rows: each table's columns in their order, indexes, constraints, triggers, functions.
+#: The schema as a comparable list. Columns by name, not position: a column dropped and added again
+#: comes last, and two apps' columns on one table (the example app's) come in the order they ran.
 CATALOG = """
 SELECT 'columns ' || c.relname, string_agg(a.attname || ' ' || format_type(a.atttypid, a.atttypmod)
        || CASE WHEN a.attnotnull THEN ' NOT NULL' ELSE '' END
-       || coalesce(' DEFAULT ' || pg_get_expr(d.adbin, d.adrelid), ''), ', ' ORDER BY a.attnum)
+       || coalesce(' DEFAULT ' || pg_get_expr(d.adbin, d.adrelid), ''), ', ' ORDER BY a.attname)
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = 'public'
 JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
 LEFT JOIN pg_attrdef d ON d.adrelid = c.oid AND d.adnum = a.attnum
