@@ -89,8 +89,8 @@ class Nemesis:
     def supervise(self) -> None:
         now = time.monotonic()
         if self._server_free("postgres") and not self.cluster.postgres.running():
-            # Down with no fault of ours keeping it so (a heal that ran and was undone): the soak's
-            # database must come back, whatever stopped it; said, as the harness's own trouble.
+            # Down past its fault's time (a fault that blocked the nemesis held back the heal, or
+            # something else stopped it): the soak's database must come back; said, as the harness's.
             logger.warning("soak: PostgreSQL was down with no fault holding it; starting it again")
             self.cluster.postgres.start()
         for service in self.cluster.services():
@@ -288,8 +288,14 @@ class Nemesis:
         fault = self._begin("pg-restart", "postgres", f"{mode}, down {seconds:.1f} s")
         self.cluster.postgres.stop(mode)
         self.server_busy_until["postgres"] = time.monotonic() + seconds + 5
-        self._heal_later(fault, seconds, self.cluster.postgres.start)
+        self._heal_later(fault, seconds, self._postgres_up)
         return True
+
+    def _postgres_up(self) -> None:
+        """PostgreSQL started, unless it runs already (``supervise`` may have started it while a fault
+        that blocked the nemesis held back this heal)."""
+        if not self.cluster.postgres.running():
+            self.cluster.postgres.start()
 
     def _pg_lock_restart(self) -> bool:
         """A migration-like ACCESS EXCLUSIVE lock on the jobs' or the executions' table, held for a
@@ -319,8 +325,7 @@ class Nemesis:
                 holder.close()
 
         def heal() -> None:  # started again (or, at the soak's end, whatever is left of it undone)
-            if not self.cluster.postgres.running():
-                self.cluster.postgres.start()
+            self._postgres_up()
             with contextlib.suppress(psycopg.Error):
                 holder.close()
 
