@@ -63,6 +63,7 @@ class Nemesis:
         self.next_fault = time.monotonic() + self.random.uniform(1, 3)
         self.server_busy_until: dict[str, float] = {}
         self.active_heals: dict[int, Callable[[], None]] = {}
+        self.healing: Counter[str] = Counter()  # a server's heals still to run: it is not free meanwhile
 
     # --- the timeline -------------------------------------------------------------------------
 
@@ -132,18 +133,22 @@ class Nemesis:
         logger.info("soak: fault %s on %s %s", kind, target, detail)
         return fault
 
-    def _heal_later(self, fault: Fault, delay: float, heal: Callable[[], object]) -> None:
+    def _heal_later(self, fault: Fault, delay: float, heal: Callable[[], object], server: str = "") -> None:
+        """``heal`` after ``delay`` seconds (or at the soak's end); ``server``, if named, is not free for
+        another fault until it has run, however late the nemesis gets to it."""
         key = next(self._order)
-
-        def run() -> None:
-            if self.active_heals.pop(key, None) is None:
-                return
-            heal()
-            fault.ended = time.time()
+        self.healing[server] += 1
 
         def wrapped() -> None:
-            heal()
-            fault.ended = time.time()
+            try:
+                heal()
+            finally:
+                self.healing[server] -= 1
+                fault.ended = time.time()
+
+        def run() -> None:
+            if self.active_heals.pop(key, None) is not None:
+                wrapped()
 
         self.active_heals[key] = wrapped
         self.later(delay, run)
@@ -153,7 +158,7 @@ class Nemesis:
         return [service for service in services if service.alive() and service.busy_until <= now]
 
     def _server_free(self, name: str) -> bool:
-        return self.server_busy_until.get(name, 0.0) <= time.monotonic()
+        return self.healing[name] <= 0 and self.server_busy_until.get(name, 0.0) <= time.monotonic()
 
     def inject(self) -> None:
         for _ in range(5):  # a kind with no free target: draw another
@@ -267,7 +272,7 @@ class Nemesis:
         if not kept:
             self.cluster.broker.forget()
         self.server_busy_until["broker"] = time.monotonic() + seconds + 2
-        self._heal_later(fault, seconds, self.cluster.broker.start)
+        self._heal_later(fault, seconds, self.cluster.broker.start, server="broker")
         return True
 
     def _pg_terminate(self) -> bool:
@@ -288,7 +293,7 @@ class Nemesis:
         fault = self._begin("pg-restart", "postgres", f"{mode}, down {seconds:.1f} s")
         self.cluster.postgres.stop(mode)
         self.server_busy_until["postgres"] = time.monotonic() + seconds + 5
-        self._heal_later(fault, seconds, self._postgres_up)
+        self._heal_later(fault, seconds, self._postgres_up, server="postgres")
         return True
 
     def _postgres_up(self) -> None:
@@ -329,7 +334,7 @@ class Nemesis:
             with contextlib.suppress(psycopg.Error):
                 holder.close()
 
-        self._heal_later(fault, held + down, heal)
+        self._heal_later(fault, held + down, heal, server="postgres")
         self.later(held, restart)
         return True
 
