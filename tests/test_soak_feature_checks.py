@@ -193,3 +193,8 @@ def test_a_run_told_a_history_other_than_its_claim_saw_is_reported() -> None:
     late = [row(1, "S02", 0, ended=1), row(2, "S02", 3, ended=20), row(3, "S02", 6, started=10, ended=11)]
     assert not run_checks(late, starts={(3, 3): {**told, "previous": 1}})
     assert "HISTORY_WRONG" in run_checks(late, starts={(3, 3): {**told, "previous": 2, "last_success": 1}})
+    # A run whose message could not be sent never started (the first seed-1 run with this rule flagged
+    # one): the run after it is told the one before.
+    unsent = dataclasses.replace(row(2, "S02", 3, "FAILED", ended=3.1), started=None, fence=None,
+                                 error_code="PUBLISH_FAILED")
+    assert not run_checks([history[0], unsent, history[2]], starts={(3, 3): {**told, "previous": 1}})

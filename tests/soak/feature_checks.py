@@ -13,7 +13,7 @@
 - the tracked plain task: every recorded success was its body's, under a claim; nothing ran untracked;
 - the paused upstream: no beat slot recorded while it was paused;
 - the run before: each body was told (``run.previous``, ``run.last_success``) the newest execution
-  before it, by slot and run number, that had ended (that had succeeded) when its claim was made.
+  before it, by slot and run number, that had started and ended (succeeded) when its claim was made.
 """
 
 from __future__ import annotations
@@ -398,7 +398,9 @@ def _told(rows: list[Row], by_job: dict[str, list[Row]], starts: Lines, result: 
         claimed_at = claim["started"]
         before = [other for other in by_job[row.job] if (other.slot, other.run_number) < (row.slot, row.run_number)]
         for key, statuses in (("previous", RAN), ("last_success", ("SUCCEEDED",))):
-            ended = [other for other in before if other.status in statuses and other.ended is not None]
+            # A run that never started (its message could not be sent, or never reached a worker) did not run.
+            ended = [other for other in before if other.status in statuses and other.ended is not None
+                     and other.started is not None]
             surely = max((o for o in ended if o.ended <= claimed_at - slack),  # type: ignore[operator]
                          key=_order, default=None)
             told = by_id.get(line[key]) if line[key] is not None else None

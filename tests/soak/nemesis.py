@@ -39,6 +39,14 @@ class Editor(Protocol):
         """(target, detail, the heal that undoes it if any), or None when the database is away."""
 
 
+class HealLater(Exception):
+    """Raised by a heal that cannot act yet (the database it needs is away): it runs again in a while."""
+
+
+#: Seconds before a heal that raised ``HealLater`` is tried again.
+HEAL_AGAIN = 3.0
+
+
 @dataclasses.dataclass
 class Fault:
     kind: str
@@ -139,16 +147,30 @@ class Nemesis:
         key = next(self._order)
         self.healing[server] += 1
 
-        def wrapped() -> None:
+        def done() -> None:
+            self.healing[server] -= 1
+            fault.ended = time.time()
+
+        def wrapped() -> None:  # at the soak's end (``heal_all`` took it off the list)
             try:
                 heal()
             finally:
-                self.healing[server] -= 1
-                fault.ended = time.time()
+                done()
 
         def run() -> None:
-            if self.active_heals.pop(key, None) is not None:
-                wrapped()
+            if key not in self.active_heals:
+                return
+            try:
+                heal()
+            except HealLater:
+                self.later(HEAL_AGAIN, run)  # still to come: the server stays out of other faults
+                return
+            except Exception:
+                del self.active_heals[key]
+                done()
+                raise
+            del self.active_heals[key]
+            done()
 
         self.active_heals[key] = wrapped
         self.later(delay, run)

@@ -24,6 +24,7 @@ from django.db import DatabaseError, close_old_connections
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
 from tests.soak import spec as specs
+from tests.soak.nemesis import HealLater
 
 logger = logging.getLogger("soak")
 
@@ -146,7 +147,7 @@ class Person:
                 return "S04", "already paused", None
 
             def resume() -> None:
-                for _ in range(40):
+                for _ in range(6):
                     try:
                         task.refresh_from_db()
                         task.enabled = True
@@ -156,7 +157,7 @@ class Person:
                     except DatabaseError:
                         close_old_connections()
                         time.sleep(0.5)
-                raise RuntimeError("could not resume S04")
+                raise HealLater("S04 not resumed yet: the database is away")
 
             self.write("pause", job="S04")  # before the save: the pause starts after this line
             try:
