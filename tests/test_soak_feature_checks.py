@@ -139,6 +139,11 @@ def test_the_persons_one_offs_cancelled_early_twice_and_runs_not_their_own_are_r
     assert "PARAMS_NOT_GIVEN" in run_checks([row(1, "S14", 7, trigger="ONE_OFF", params={"region": "eu"})], one_off)
     assert "ONE_OFF_TWICE" in run_checks([kept, row(2, "S14", 7, trigger="ONE_OFF", params={"region": "us"})],
                                          one_off)
+    # Cancelled, then recorded again for the same instant (the person did so five times in 60 minutes).
+    again = [{"ev": "one-off", "exec": 2, "at": at(7), "given": {"region": "us"}},
+             {"ev": "cancelled", "exec": 2, "t": at(3)}, *one_off]
+    cancelled_first = row(2, "S14", 7, "SKIPPED", trigger="ONE_OFF", skip_reason="CANCELLED")
+    assert "ONE_OFF_TWICE" not in run_checks([cancelled_first, kept], again)
     cancel = [*one_off, {"ev": "cancelled", "exec": 1, "t": at(5)}]
     assert "CANCELLED_RAN" in run_checks([kept], cancel)
     maybe = [*one_off, {"ev": "cancel-failed", "exec": 1, "t": at(5)}]  # it may have committed: either is right

@@ -321,8 +321,8 @@ def _person(rows: list[Row], starts: Lines, person: Person,
                         f"{first['started']:%H:%M:%S.%f}")
         _given(row, line.get("given"), result)
     instants: dict[tuple[str, dt.datetime], list[int]] = defaultdict(list)
-    for row in rows:
-        if row.trigger == "ONE_OFF":
+    for row in rows:  # a cancelled one leaves its instant free for another (the 60-minute run had five)
+        if row.trigger == "ONE_OFF" and not (row.status == "SKIPPED" and row.skip_reason == "CANCELLED"):
             instants[(row.job, row.slot)].append(row.id)
     for (code, slot), ids in instants.items():
         if len(ids) > 1:
