@@ -39,9 +39,9 @@ def plan_catch_up(schedule: Schedule, due_since: dt.datetime, now: dt.datetime, 
     ``end`` (a job's ``active_until``): slots at or after it are outside the job's window, neither
     run nor recorded; ``next_run_at`` is then the first slot past it (the job is due no more).
 
-    ``window`` (a job's ``catch_up_window``): slots older than ``now - window`` are recorded MISSED
-    whatever the policy (the newest ``limit`` of them, as ``latest`` records a long outage); the
-    policy decides the slots inside it.
+    ``window`` (a job's ``catch_up_window``): the policy decides the slots inside it; those older than
+    ``now - window`` are recorded MISSED whatever the policy, the newest of them in the room ``limit``
+    leaves (``_with_window``).
     """
     if window is not None and policy != "none" and due_since < now - window:
         return _with_window(schedule, due_since, now, policy, limit, end, now - window)

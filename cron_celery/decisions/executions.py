@@ -88,6 +88,12 @@ FINISHED = closed_attempts("%(status)s", "%(code)s", "%(message)s", "jsonb_array
 RECLAIMED = new_attempt("retry_count + (CASE WHEN status = 'RUNNING' THEN 1 ELSE 0 END) + 1", "%(fence)s")
 
 
+def attempt_started(table: str) -> str:
+    """SQL: when the row's current (or last) attempt started: its history entry's start, else the row's
+    (a first attempt has no entry until it ends)."""
+    return f"coalesce(({table}.attempts -> -1 ->> 'started')::timestamptz, {table}.started)"
+
+
 def superseded(table: str) -> str:
     """SQL: this RUNNING row's run was superseded by a claim of its job's next run (``claims._supersede``
     gave the row that claim's fence and kept the fence it ran under as its last history entry). What

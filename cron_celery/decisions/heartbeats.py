@@ -13,8 +13,6 @@ from cron_celery.decisions.claims import Claim
 S = enums.Status
 
 EXE = executions.EXE
-#: When the claim of a RUNNING row was made: its attempt's start in the history, else the row's.
-CLAIMED_AT = f"coalesce(({EXE}.attempts -> -1 ->> 'started')::timestamptz, {EXE}.started)"
 
 
 def heartbeat(execution_id: int, fence: int, lease_seconds: int) -> bool:
@@ -47,8 +45,9 @@ def own_claim(execution_id: int, worker: str, pid: int) -> Claim | None:
     """The claim this process made of ``execution_id`` and committed, though the answer was lost
     with the connection: the row is RUNNING, by this worker and process, with a live lease."""
     with connection.cursor() as cursor:
+        told = previous.of_row(EXE, seen_by=executions.attempt_started(EXE))  # what it was told when made
         cursor.execute(
-            f"SELECT run_number, fence, retry_count, params, {previous.of_row(EXE, seen_by=CLAIMED_AT)}"
+            f"SELECT run_number, fence, retry_count, params, {told}"
             f" FROM {EXE} WHERE id = %s AND status = 'RUNNING' AND worker = %s AND pid = %s AND lease_until > now()",
             [execution_id, worker, pid],
         )

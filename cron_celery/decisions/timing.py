@@ -41,7 +41,7 @@ WATCHED = ("BEAT", "ONE_OFF", "UPSTREAM")
 DUE = "greatest(e.due_at, e.created_at)"
 #: When a running execution's current attempt started (a retry or a takeover opens an entry in
 #: ``attempts``; a first attempt has none and started at ``started``).
-ATTEMPT_STARTED = "coalesce((e.attempts -> -1 ->> 'started')::timestamptz, e.started)"
+ATTEMPT_STARTED = executions.attempt_started("e")
 #: A running execution whose lease still holds (its worker renews it): only those are running long.
 LIVE = "e.lease_until >= now()"
 _WATCHED = "e.trigger IN (" + ", ".join(f"'{trigger}'" for trigger in WATCHED) + ")"

@@ -8,6 +8,7 @@ the test's own; the bodies write a marker line when they end.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import signal
 from collections.abc import Iterator
@@ -44,37 +45,47 @@ def _lease_expired(execution_id: int) -> bool:
     return bool(row and row[0])
 
 
-def test_a_run_frozen_past_its_lease_is_fenced_once_the_next_run_of_its_exclusive_job_started(
-        tmp_path, marker, lock_redis):
-    env = {"CRON_TEST_MARKER": str(marker), "CRON_TEST_LOCK_MASTERS": lock_redis.url, "CRON_TEST_LOCK_TTL": "3",
-           "CRON_TEST_LEASE_SECONDS": "3", "CRON_TEST_SLEEP": "6", "CRON_TEST_LOG_LEVEL": "INFO"}
-    job = registry.get("W001")  # hourly-exclusive: overlap "skip", no retries
+@contextlib.contextmanager
+def superseded(tmp_path: Path, env: dict[str, str], code: str) -> Iterator[tuple[Worker, int, int]]:
+    """Job ``code``'s 01:00 slot starts on a prefork worker, which is then SIGSTOPped (its body, heartbeat,
+    time limit and all) past its lease; another worker runs the 02:00 slot, superseding it. Yields the
+    frozen worker (still stopped) and the two execution ids; both workers are stopped afterwards."""
+    job = registry.get(code)
     frozen = Worker(tmp_path, env, pool="prefork", concurrency=1).start()
     other: Worker | None = None
     try:
         first = tasks.send_run(job, FIRST, Trigger.ENQUEUE)
         wait_for(lambda: CronExecution.objects.get(id=first.execution_id).status == Status.RUNNING,
                  what="the first slot to start")
-        frozen.signal(signal.SIGSTOP)  # the body, its heartbeat and the worker all stop
+        frozen.signal(signal.SIGSTOP)
         wait_for(lambda: _lease_expired(first.execution_id), what="the frozen run's lease to run out")
         other = Worker(tmp_path, env, pool="prefork", concurrency=1).start()
         second = tasks.send_run(job, SECOND, Trigger.ENQUEUE)
         wait_for(lambda: CronExecution.objects.get(id=second.execution_id).status == Status.SUCCEEDED,
                  what="the next slot to run while the first one's worker is frozen")
-        frozen.signal(signal.SIGCONT)  # wakes up, finishes its body and tries to record it
-        wait_for(lambda: len([line for line in marked(marker) if FIRST.isoformat() in line]) == 1,
-                 what="the frozen body to end")
-        wait_for(lambda: CronJob.objects.get(code="W001").fenced_count == 1, what="the late outcome to be fenced")
+        assert first.execution_id is not None and second.execution_id is not None
+        yield frozen, first.execution_id, second.execution_id
     finally:
         frozen.stop()
         if other is not None:
             other.stop()
-    row = CronExecution.objects.get(id=first.execution_id)
+
+
+def test_a_run_frozen_past_its_lease_is_fenced_once_the_next_run_of_its_exclusive_job_started(
+        tmp_path, marker, lock_redis):
+    env = {"CRON_TEST_MARKER": str(marker), "CRON_TEST_LOCK_MASTERS": lock_redis.url, "CRON_TEST_LOCK_TTL": "3",
+           "CRON_TEST_LEASE_SECONDS": "3", "CRON_TEST_SLEEP": "6", "CRON_TEST_LOG_LEVEL": "INFO"}
+    with superseded(tmp_path, env, "W001") as (frozen, first_id, second_id):  # overlap "skip", no retries
+        frozen.signal(signal.SIGCONT)  # wakes up, finishes its body and tries to record it
+        wait_for(lambda: len([line for line in marked(marker) if FIRST.isoformat() in line]) == 1,
+                 what="the frozen body to end")
+        wait_for(lambda: CronJob.objects.get(code="W001").fenced_count == 1, what="the late outcome to be fenced")
+    row = CronExecution.objects.get(id=first_id)
     assert row.status == Status.RUNNING, "the frozen run's outcome was recorded beside the next run's"
     report = reconciler.run_pass()  # ends it as a run whose worker stopped renewing its lease
     row.refresh_from_db()
     assert (row.status, row.error_code) == (Status.LOST, "LEASE_EXPIRED"), report
-    assert CronExecution.objects.get(id=second.execution_id).status == Status.SUCCEEDED
+    assert CronExecution.objects.get(id=second_id).status == Status.SUCCEEDED
     statuses = list(CronExecution.objects.filter(task_code="W001").values_list("status", flat=True))
     assert statuses.count(Status.SUCCEEDED) == 1, statuses
 
@@ -87,20 +98,9 @@ def test_a_superseded_run_killed_by_its_hard_time_limit_is_not_recorded_beside_t
     Before: ``TIMED_OUT``, ended seconds after the next run had started."""
     env = {"CRON_TEST_MARKER": str(marker), "CRON_TEST_LOCK_MASTERS": lock_redis.url, "CRON_TEST_LOCK_TTL": "3",
            "CRON_TEST_LEASE_SECONDS": "3", "CRON_TEST_LOG_LEVEL": "INFO"}
-    job = registry.get("W011")  # hourly, overlap "skip", a hard time limit of 8 s; 01:00 sleeps 30 s
-    frozen = Worker(tmp_path, env, pool="prefork", concurrency=1).start()
-    other: Worker | None = None
-    try:
-        first = tasks.send_run(job, FIRST, Trigger.ENQUEUE)
-        wait_for(lambda: CronExecution.objects.get(id=first.execution_id).status == Status.RUNNING,
-                 what="the first slot to start")
-        frozen.signal(signal.SIGSTOP)  # the body, its heartbeat, the worker and its time limit all stop
-        wait_for(lambda: _lease_expired(first.execution_id), what="the frozen run's lease to run out")
-        other = Worker(tmp_path, env, pool="prefork", concurrency=1).start()
-        second = tasks.send_run(job, SECOND, Trigger.ENQUEUE)
-        wait_for(lambda: CronExecution.objects.get(id=second.execution_id).status == Status.SUCCEEDED,
-                 what="the next slot to run while the first one's worker is frozen")
-        started = CronExecution.objects.get(id=first.execution_id).started
+    # W011: hourly, overlap "skip", a hard time limit of 8 s; 01:00 sleeps 30 s
+    with superseded(tmp_path, env, "W011") as (frozen, first_id, second_id):
+        started = CronExecution.objects.get(id=first_id).started
         # Past its 8 s: the worker's parent kills the body as soon as it runs again.
         wait_for(lambda: dt.datetime.now(dt.UTC) - started > dt.timedelta(seconds=9), what="the hard limit to pass")
         frozen.signal(signal.SIGCONT)
@@ -108,12 +108,8 @@ def test_a_superseded_run_killed_by_its_hard_time_limit_is_not_recorded_beside_t
         wait_for(lambda: "Hard time limit (8s) exceeded" in frozen.output()
                  or "Hard time limit (8.0s) exceeded" in frozen.output(),
                  what="the worker's parent to kill the body and try to record it")
-    finally:
-        frozen.stop()
-        if other is not None:
-            other.stop()
-    row = CronExecution.objects.get(id=first.execution_id)
-    second_row = CronExecution.objects.get(id=second.execution_id)
+    row = CronExecution.objects.get(id=first_id)
+    second_row = CronExecution.objects.get(id=second_id)
     assert row.status == Status.RUNNING, (
         f"the superseded run was recorded {row.status} {row.error_code} (ended {row.ended:%H:%M:%S.%f}) beside "
         f"the next run (started {second_row.started:%H:%M:%S.%f})")
