@@ -136,6 +136,13 @@ class PostgresServer:
                                 (targets,)).fetchone()
         return int(str(rows[0])) if rows else 0
 
+    def dump(self, database: str, target: Path) -> None:
+        """``pg_dump`` of ``database`` into ``target`` (custom format, for ``pg_restore``)."""
+        result = subprocess.run([_bin("pg_dump"), "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "-Fc",
+                                 "-f", str(target), database], capture_output=True, text=True, timeout=600, check=False)
+        if result.returncode != 0:
+            raise RuntimeError(f"pg_dump of {database} failed ({result.returncode}): {result.stderr}")
+
     def log_tail(self, chars: int = 3000) -> str:
         return self.log.read_text(encoding="utf-8", errors="replace")[-chars:] if self.log.exists() else ""
 

@@ -21,7 +21,7 @@ from collections import Counter
 from pathlib import Path
 
 from tests.soak import spec as specs
-from tests.soak.cluster import Cluster
+from tests.soak.cluster import DATABASE, Cluster
 from tests.soak.nemesis import KINDS, Nemesis
 
 logger = logging.getLogger("soak")
@@ -38,7 +38,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=3, help="prefork workers, two processes each (default 3)")
     parser.add_argument("--quiesce", type=float, default=150.0,
                         help="most seconds to wait, after healing, for every execution to end (default 150)")
-    parser.add_argument("--keep", type=Path, default=None, help="keep the logs and marker files in this directory")
+    parser.add_argument("--keep", type=Path, default=None, help="keep the logs, the marker files and a dump of the database in this directory")
     parser.add_argument("-v", "--verbose", action="store_true", help="log every fault as it happens")
     args = parser.parse_args(argv)
     if args.faults == "all":
@@ -75,6 +75,10 @@ def main(argv: list[str] | None = None) -> int:
         with contextlib.suppress(Exception):
             if args.keep is not None and cluster.postgres.log.exists():
                 shutil.copy(cluster.postgres.log, cluster.logs / "postgres.log")
+        with contextlib.suppress(Exception):
+            if args.keep is not None and cluster.postgres.running():
+                cluster.postgres.dump(DATABASE, workdir / "database.dump")
+                print(f"the soak's database is kept in {workdir / 'database.dump'} (pg_restore it to look)")
         cluster.close()
         if args.keep is None:
             shutil.rmtree(workdir, ignore_errors=True)
