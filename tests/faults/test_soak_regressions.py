@@ -4,12 +4,17 @@ processes against the real PostgreSQL."""
 from __future__ import annotations
 
 import datetime as dt
+import subprocess
+import sys
 import time
+from typing import Any
 
+import psycopg
 import pytest
+from django.db import connection
 
 from cron_celery.models import Alert, CronExecution, CronJob, Status
-from tests.conftest import Queue, db_now, manage, subprocess_env
+from tests.conftest import ROOT, Queue, db_now, manage, subprocess_env, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -55,3 +60,62 @@ def test_a_beat_outage_alerts_missed_once_however_many_reconciler_passes_record_
     assert len(alerted) == 2, "a new outage after a run alerts again"
     newest = CronExecution.objects.filter(job=job, status=Status.MISSED).order_by("-slot").first()
     assert newest is not None and alerted[-1] == newest.id
+
+
+def test_a_stranded_execution_that_starts_waiting_while_the_reconciler_decides_is_not_recorded_lost(
+        queue: Queue) -> None:
+    """The reconciler reads a stranded catch-up slot sent its last time, and decides to record it
+    LOST; before it writes, the slot's last copy arrives and its claim, meeting the job's live run,
+    marks it waiting (its message arrived: ``republished`` starts again). The reconciler's write must
+    see that the execution is no longer stranded and leave it waiting: written LOST, a slot that was
+    delivered never runs. (Before: the hour-long soak recorded eleven such slots LOST NOT_DELIVERED
+    'after 0 sends'.) The pass runs in a real ``reconcile_cron`` process; the test holds the job's row
+    so the pass waits between its read and its write, and writes what the claim writes then."""
+    now = db_now()
+    job = CronJob.objects.create(name="stranded-wait", code="STRAND1", task="tests.soak.nothing", pattern="always",
+                                 overlap="skip", catch_up="all", schedule="every 60s",
+                                 next_run_at=now + dt.timedelta(seconds=60))
+    execution = CronExecution.objects.create(
+        job=job, task_code=job.code, task_name=job.name, slot=now - dt.timedelta(seconds=30),
+        execution_date=now.date(), run_number=1, status=Status.PENDING, trigger="CATCH_UP", republished=3,
+        celery_task_id="6f1d4b1e-0000-4000-8000-000000000001", lease_until=now - dt.timedelta(seconds=20))
+    holder = _lock_job_row(job.code)
+    try:
+        reconciler = subprocess.Popen(
+            [sys.executable, "-m", "django", "reconcile_cron"], cwd=ROOT, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True, env=subprocess_env(CRON_TEST_PENDING_GRACE="5"))
+        wait_for(lambda: _waiting_on_a_lock() or reconciler.poll() is not None, timeout=60,
+                 what="the reconciler's write to wait for the job's row")
+        assert reconciler.poll() is None, f"the pass ended without waiting for the row: {reconciler.stdout}"
+        # What the claim of the slot's arriving copy writes, under the job's row, when it meets a live run.
+        holder.execute("UPDATE cron_celery_cronexecution SET waiting_since = coalesce(waiting_since, now()),"
+                       " lease_until = now(), republished = 0, message = 'Waiting: another execution of this"
+                       " job is running; this one runs when it ends.' WHERE id = %s", [execution.id])
+        holder.commit()
+        output, _ = reconciler.communicate(timeout=60)
+        assert reconciler.returncode == 0, output
+    finally:
+        holder.rollback()
+        holder.close()
+    execution.refresh_from_db()
+    assert execution.status == Status.PENDING, (
+        f"recorded {execution.status} {execution.error_code}: {execution.message!r} although its copy arrived "
+        "and it waits for the job's live run")
+    assert execution.waiting_since is not None
+
+
+def _lock_job_row(code: str) -> psycopg.Connection[Any]:
+    """A connection of the test's own that holds the job's row (as a claim does)."""
+    settings = connection.settings_dict
+    holder = psycopg.connect(dbname=settings["NAME"], user=settings["USER"], host=settings["HOST"],
+                             port=settings["PORT"], password=settings["PASSWORD"] or None)
+    holder.execute("SELECT id FROM cron_celery_cronjob WHERE code = %s FOR UPDATE", [code])
+    return holder
+
+
+def _waiting_on_a_lock() -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                       " AND wait_event_type = 'Lock'")
+        row = cursor.fetchone()
+    return bool(row and row[0] >= 1)
