@@ -124,11 +124,18 @@ def end_dead_attempts(
 
 
 def close_unstarted(*, job_id: int, execution_id: int, status: str, error_code: str, message: str,
-                    running_too: bool = False) -> bool:
+                    running_too: bool = False, stranded_for: float | None = None) -> bool:
     """End a PENDING or RETRYING execution that never started: MISSED (the catch-up policy
     will not run it late) or LOST (its message never arrived). LOST counts as a failure.
     ``running_too``: a person marks a stuck RUNNING execution LOST (its worker, if alive,
-    is fenced: its next heartbeat and its finish match no row)."""
+    is fenced: its next heartbeat and its finish match no row).
+
+    ``stranded_for`` (the reconciler's ``PENDING_GRACE``): only if it is still stranded as the pass
+    read it, not waiting, its grace period not restarted since. A copy of its message may have
+    arrived between the pass's read and this write, and its claim marked it waiting for the job's
+    live run (``waiting.mark`` restarts the grace): that execution was delivered, and runs later.
+    The check is made on the row as it is once the job's row is held (a concurrent update of the
+    execution is read again), on the clock as it is then."""
     open_statuses = ["PENDING", "RETRYING", "RUNNING"] if running_too else ["PENDING", "RETRYING"]
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(
@@ -141,6 +148,8 @@ def close_unstarted(*, job_id: int, execution_id: int, status: str, error_code: 
                     attempts = {executions.ABANDONED}
                 FROM j
                 WHERE {EXE}.id = %(id)s AND {EXE}.job_id = j.id AND {EXE}.status = ANY(%(open)s)
+                  AND (%(stranded)s::float8 IS NULL OR ({EXE}.waiting_since IS NULL AND coalesce(
+                       {EXE}.lease_until, {EXE}.created_at) < clock_timestamp() - make_interval(secs => %(stranded)s)))
                 RETURNING {EXE}.job_id
             )
             UPDATE {JOB} SET consecutive_failures = consecutive_failures + 1, last_status = %(status)s,
@@ -148,7 +157,7 @@ def close_unstarted(*, job_id: int, execution_id: int, status: str, error_code: 
             FROM e WHERE {JOB}.id = e.job_id AND %(status)s <> 'MISSED'
             """,
             {"job": job_id, "id": execution_id, "status": status, "code": error_code, "message": message[:1000],
-             "open": open_statuses},
+             "open": open_statuses, "stranded": stranded_for},
         )
         cursor.execute(f"SELECT status = %s FROM {EXE} WHERE id = %s", [status, execution_id])
         row = cursor.fetchone()

@@ -267,7 +267,7 @@ def _stranded(report: Report, options: dict[str, Any], me: str) -> None:
                 "it is older than the job's catch_up_window"
             if outcomes.unstarted(
                 registry.by_task_name(task_name), job_id=job_id, execution_id=execution_id, slot=slot,
-                status=S.MISSED, error_code="NOT_DELIVERED",
+                status=S.MISSED, error_code="NOT_DELIVERED", stranded_for=grace,
                 message=f"Missed: no worker received this slot within {grace:g} s (was the broker down?), "
                         f"and it is not run late: {policy}.",
             ):
@@ -276,7 +276,7 @@ def _stranded(report: Report, options: dict[str, Any], me: str) -> None:
         if republished >= limit:
             if outcomes.unstarted(
                 registry.by_task_name(task_name), job_id=job_id, execution_id=execution_id, slot=slot,
-                status=S.LOST, error_code="NOT_DELIVERED",
+                status=S.LOST, error_code="NOT_DELIVERED", stranded_for=grace,
                 message=f"Lost: no worker started it although its message was sent {republished + 1} times.",
             ):
                 report.abandoned += 1

@@ -131,14 +131,15 @@ def dead(job: registry.Job | None, **kwargs: Any) -> repairs.Ended | None:
 
 
 def unstarted(job: registry.Job | None, *, job_id: int, execution_id: int, slot: dt.datetime, status: str,
-              error_code: str, message: str, running_too: bool = False) -> bool:
+              error_code: str, message: str, running_too: bool = False, stranded_for: float | None = None) -> bool:
     """``repairs.close_unstarted`` (MISSED or LOST), recorded and announced."""
     event = events.Ended(job=job, job_id=job_id, execution_id=execution_id, slot=slot, status=status,
                          error_code=error_code, message=message)
     below: list[events.Ended] = []
     with transaction.atomic():
         closed = repairs.close_unstarted(job_id=job_id, execution_id=execution_id, status=status,
-                                         error_code=error_code, message=message, running_too=running_too)
+                                         error_code=error_code, message=message, running_too=running_too,
+                                         stranded_for=stranded_for)
         if closed:
             events.record(event)
             below = _record_all(_skipped_below(job, execution_id, status))
