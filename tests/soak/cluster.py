@@ -144,7 +144,7 @@ class Cluster:
     """PostgreSQL, the broker, three lock masters, the workers (each behind proxies of its own
     to PostgreSQL, the broker and every lock master) and two beats."""
 
-    def __init__(self, workdir: Path, *, workers: int = 3, beats: int = 2) -> None:
+    def __init__(self, workdir: Path, *, workers: int = 3, beats: int = 2, processes: int = 4) -> None:
         self.workdir = workdir
         self.logs = workdir / "logs"
         self.markers = workdir / "markers"
@@ -153,7 +153,7 @@ class Cluster:
         self.postgres = PostgresServer(workdir)
         self.broker = RedisServer(workdir, persistent=True)  # the broker fault may keep its queues or not
         self.locks = [RedisServer(workdir) for _ in range(3)]
-        self.worker_count, self.beat_count = workers, beats
+        self.worker_count, self.beat_count, self.processes = workers, beats, processes
         self.workers: list[Service] = []
         self.beats: list[Service] = []
         #: Per worker: its proxies to the database, the broker and each lock master.
@@ -204,9 +204,9 @@ class Cluster:
                    "CRON_SOAK_LOCK_MASTERS": ",".join(f"redis://127.0.0.1:{proxy.port}/0" for proxy in redis[1:])}
             self.workers.append(Service(
                 name=f"worker-{index}", env=env, logdir=self.logs,
-                args=[*wrapper, *celery, "worker", "--pool", "prefork", "--concurrency", "2", "-n", node,
-                      "--without-gossip", "--without-mingle", "--without-heartbeat", "--prefetch-multiplier", "1",
-                      "-Q", "cron-soak", "--loglevel", "INFO"]))
+                args=[*wrapper, *celery, "worker", "--pool", "prefork", "--concurrency", str(self.processes),
+                      "-n", node, "--without-gossip", "--without-mingle", "--without-heartbeat",
+                      "--prefetch-multiplier", "1", "-Q", "cron-soak", "--loglevel", "INFO"]))
         for index in range(self.beat_count):
             self.beats.append(Service(
                 name=f"beat-{index}", env=self.direct_env(), logdir=self.logs,

@@ -20,6 +20,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from tests.soak import history
 from tests.soak import spec as specs
 from tests.soak.cluster import DATABASE, Cluster
 from tests.soak.nemesis import KINDS, Nemesis
@@ -35,10 +36,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--faults", default="all",
                         help=f"comma list of fault kinds, or 'all' or 'none': {', '.join(KINDS)}")
     parser.add_argument("--mean-gap", type=float, default=4.0, help="mean seconds between faults (default 4)")
-    parser.add_argument("--workers", type=int, default=3, help="prefork workers, two processes each (default 3)")
+    parser.add_argument("--workers", type=int, default=3, help="prefork workers (default 3)")
+    parser.add_argument("--processes", type=int, default=4,
+                        help="pool processes per worker (default 4: the jobs' bodies keep about half of them busy)")
     parser.add_argument("--quiesce", type=float, default=150.0,
                         help="most seconds to wait, after healing, for every execution to end (default 150)")
-    parser.add_argument("--keep", type=Path, default=None, help="keep the logs, the marker files and a dump of the database in this directory")
+    parser.add_argument("--keep", type=Path, default=None,
+                        help="keep the logs, the marker files and a dump of the database in this directory")
     parser.add_argument("-v", "--verbose", action="store_true", help="log every fault as it happens")
     args = parser.parse_args(argv)
     if args.faults == "all":
@@ -68,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         from tests.soak.tools import need_faketime
 
         need_faketime()
-    cluster = Cluster(workdir, workers=args.workers)
+    cluster = Cluster(workdir, workers=args.workers, processes=args.processes)
     try:
         return soak(cluster, args, began)
     finally:
@@ -209,11 +213,27 @@ def quiesce(cluster: Cluster, nemesis: Nemesis, bound: float) -> tuple[bool, flo
     return False, time.monotonic() - began
 
 
+def start_lag(rows: list[history.Row]) -> str:
+    """How late the beat's slots started (slot to first start), for a person to see whether the
+    workers kept up: a cluster that cannot run its jobs' bodies as fast as they come due builds a
+    backlog that no fault explains (and that quiescence cannot drain)."""
+    lags = sorted((row.started - row.slot).total_seconds() for row in rows
+                  if row.trigger == "BEAT" and row.started is not None)
+    if not lags:
+        return "start lag of beat slots: none started"
+
+    def at(share: float) -> float:
+        return lags[min(len(lags) - 1, int(share * len(lags)))]
+
+    return (f"start lag of beat slots (slot to first start): median {at(0.5):.1f} s, p99 {at(0.99):.1f} s, "
+            f"max {lags[-1]:.1f} s")
+
+
 def check(cluster: Cluster, nemesis: Nemesis, person_counts: dict[str, int]) -> int:
     from django.conf import settings
     from django.db import connection
 
-    from tests.soak import checker, history
+    from tests.soak import checker
 
     connection.close()
     with connection.cursor() as cursor:
@@ -240,6 +260,7 @@ def check(cluster: Cluster, nemesis: Nemesis, person_counts: dict[str, int]) -> 
     print(f"jobs: {len(specs.SPECS)}; slots checked: {result.slots}; executions: {len(rows)}; "
           f"bodies run: {result.bodies}; alerts: {result.alerts}")
     print("statuses: " + ", ".join(f"{status} {count}" for status, count in sorted(result.statuses.items())))
+    print(start_lag(rows))
     for note, count in sorted(result.notes.items()):
         if count:
             print(f"note: {note}: {count}")
