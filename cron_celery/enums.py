@@ -69,6 +69,7 @@ class Event(Choices):
     TOO_FAST = "TOO_FAST", "Finished too fast"  # succeeded in less than min_runtime seconds
     # The first success that took min_runtime after an alerted too-fast incident:
     TOO_FAST_RECOVERED = "TOO_FAST_RECOVERED", "Long enough again"
+    PAUSED = "PAUSED", "Paused after failures"  # the job paused itself: pause_after_failures failures in a row
 
 
 class AlertStatus(Choices):

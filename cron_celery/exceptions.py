@@ -69,6 +69,10 @@ class OneOffRefused(CronCeleryError):
     """No one-off run of job {job!r} at {at}:"""
 
 
+class PauseRefused(CronCeleryError):
+    """Job {job!r} was not paused:"""
+
+
 class LockUnavailable(CronCeleryError):
     """Raised when entering ``cron_celery.lock(name)`` (the ``with`` block, or a call of a function it
     decorates) while another process holds the lock.

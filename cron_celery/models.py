@@ -37,6 +37,15 @@ class CronJob(models.Model):
     timezone = models.CharField(max_length=64, default="UTC")
     description = models.TextField(blank=True)
     paused = models.BooleanField(default=False)
+    # What a person (or pause_after_failures) said of the pause in effect: cleared by the database
+    # (``cron_celery_job_pause``) whenever the job is resumed, however it is resumed.
+    pause_note = models.TextField(blank=True, db_default="", help_text="Why the job is paused; empty = no note")
+    paused_by = models.CharField(max_length=150, blank=True, db_default="",
+                                 help_text="Who paused it (an admin user, an API token's owner, cron_celery)")
+    paused_at = models.DateTimeField(null=True, blank=True, help_text="When the pause in effect began (UTC)")
+    paused_until = models.DateTimeField(
+        null=True, blank=True, help_text="When the job resumes itself, by the database's clock (UTC); "
+                                         "empty = until a person resumes it")
     catch_up = models.CharField(max_length=10, choices=CatchUp.choices(), default=CatchUp.LATEST.value)
     catch_up_window = models.FloatField(
         null=True, blank=True, help_text="Seconds: a slot the beat missed that is older than this is recorded "
@@ -132,6 +141,9 @@ class CronJob(models.Model):
         null=True, blank=True, help_text="When the open incident was last alerted; empty = no alerted incident"
     )
     consecutive_failures = models.IntegerField(default=0)
+    pause_after_failures = models.IntegerField(
+        null=True, blank=True, help_text="After this many final failures in a row the job pauses itself (and "
+                                         "alerts PAUSED); empty = never. Declared in code")
     # The too-fast incident, kept like the failures' by the success's final write.
     too_fast_in_a_row = models.IntegerField(
         db_default=0, help_text="Successes in a row faster than min_runtime (a failure leaves the count alone)"
@@ -156,6 +168,9 @@ class CronJob(models.Model):
                 fields=["id"], name="cron_job_schedule_edited",
                 condition=~models.Q(schedule_version=models.F("schedule_seen")),
             ),
+            # The beat's idle tick: the next pause to end (``pauses``).
+            models.Index(fields=["paused_until"], name="cron_job_pause_ends",
+                         condition=models.Q(paused_until__isnull=False)),
         ]
 
     def __str__(self) -> str:

@@ -107,7 +107,7 @@ def test_the_dashboard_counts_its_jobs_once_and_exactly_while_they_are_few(admin
 def test_pause_and_resume_go_through_the_periodic_task(admin_client):
     schedule_sync.sync()
     job = CronJob.objects.get(name="tick-2s")
-    response = admin_client.post(DASHBOARD, {"action": "pause", "_selected_action": [job.id]})
+    response = admin_client.post(DASHBOARD, {"action": "pause", "apply": "1", "_selected_action": [job.id]})
     assert response.status_code == 302
     assert PeriodicTask.objects.get(id=job.periodic_task_id).enabled is False
     assert CronJob.objects.get(id=job.id).paused is True  # the database trigger followed

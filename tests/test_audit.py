@@ -99,7 +99,7 @@ def test_a_deploy_records_the_schedule_it_links_and_a_changed_declaration_from_t
 def test_the_jobs_pause_action_is_one_row_by_the_admin_user_not_two(declare, admin_client):
     job = synced(declare)
     before = last_id()
-    response = admin_client.post(DASHBOARD, {"action": "pause", "_selected_action": [job.id]})
+    response = admin_client.post(DASHBOARD, {"action": "pause", "apply": "1", "_selected_action": [job.id]})
     assert response.status_code == 302
     assert job_row("audited").paused  # the periodic task's trigger paused the job...
     schedule_sync.apply_edits(T0)  # ...and the beat copies the task's state onto the job row
@@ -116,7 +116,7 @@ def test_pausing_a_job_without_a_periodic_task_is_recorded_at_the_job(admin_clie
     from cron_celery.decisions import jobs
 
     job_id = jobs.job_id(registry.get("calc-commission"))  # declared without a schedule of its own
-    admin_client.post(DASHBOARD, {"action": "pause", "_selected_action": [job_id]})
+    admin_client.post(DASHBOARD, {"action": "pause", "apply": "1", "_selected_action": [job_id]})
     (paused,) = ScheduleChange.objects.filter(job_id=job_id)
     assert (paused.actor, paused.source, paused.changes) == ("admin", "admin: pause action", {"paused": [False, True]})
 

@@ -200,6 +200,22 @@ def test_a_catch_up_window_is_a_timedelta_or_seconds():
     assert (hours.catch_up_window, seconds.catch_up_window, plain.catch_up_window) == (21600.0, 5.0, None)
 
 
+@pytest.mark.parametrize(("value", "problem"), [
+    (0, "pause_after_failures must be an integer greater than 0, not 0."),
+    (-2, "not -2"), (2.5, "not 2.5"), ("3", "not '3'"), (True, "not True"),
+])
+def test_a_bad_pause_after_failures_names_the_job_and_the_value(value, problem):
+    with pytest.raises(exceptions.ImproperlyDeclared, match=re.escape(problem)) as info:
+        registry.declare(name="bad-pause", code="BP1", task_name="x", pause_after_failures=value)
+    assert "'bad-pause'" in str(info.value)
+
+
+def test_pause_after_failures_is_declared():
+    job = registry.declare(name="p", code="P1", task_name="x", schedule="0 * * * *", pause_after_failures=5)
+    assert (job.pause_after_failures, registry.declare(name="q", code="Q1", task_name="y").pause_after_failures) == (
+        5, None)
+
+
 @pytest.mark.parametrize(
     ("option", "suggestion"),
     [("max_retry", "max_retries"), ("timout", "time_limit"), ("timeout", "time_limit"),

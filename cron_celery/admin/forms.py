@@ -28,6 +28,15 @@ class OneOffForm(forms.Form):
     force = forms.BooleanField(required=False, label="Run even if the job is paused then")
 
 
+class PauseForm(forms.Form):
+    note = forms.CharField(label="Note", required=False, max_length=2000, widget=forms.Textarea(attrs={"rows": 3}),
+                           help_text="Why (shown on the dashboard, the job's page, the API and the audit log)")
+    until = forms.CharField(label="Until", required=False, max_length=64,
+                            help_text="Optional: when the job resumes itself, e.g. 2026-12-08 08:00, in each "
+                                      "job's timezone unless you add an offset or Z; must be in the future. "
+                                      "Empty: until somebody resumes it")
+
+
 def _param_field(param: params.Param, initial: params.Json, scheduled: bool) -> forms.Field:
     """The form field of one parameter, by its kind; empty means None (optional), the default, or ''."""
     said = f"{param.type_text}; " + ("required" if param.required else f"default {json.dumps(param.default_json)}")

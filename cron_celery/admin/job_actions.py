@@ -21,9 +21,9 @@ from django.utils.safestring import SafeString
 
 from cron_celery import enums, exceptions, models, slots
 from cron_celery.admin.base import ReadOnly, declaration_of, declared_or_say
-from cron_celery.admin.forms import BackfillForm, OneOffForm, ParamsForm
+from cron_celery.admin.forms import BackfillForm, OneOffForm, ParamsForm, PauseForm
 from cron_celery.admin.schedule_changes import username
-from cron_celery.decisions import audit, in_effect
+from cron_celery.decisions import audit, in_effect, pauses
 from cron_celery.declaring import params, registry
 from cron_celery.run import backfill, resumes, tasks
 from cron_celery.web import dashboard
@@ -93,31 +93,53 @@ class JobActions(ReadOnly):
                   "already ran; a pause (unless you tick the box), the overlap and the concurrency limits "
                   "still apply. The values are stored on the execution and shown in the history.")
 
-    @admin.action(description="Pause", permissions=["operate"])
-    def pause(self, request: HttpRequest, queryset: QuerySet[models.CronJob]) -> None:
-        self._set_paused(request, queryset, True)
+    @admin.action(description="Pause…", permissions=["operate"])
+    def pause(self, request: HttpRequest, queryset: QuerySet[models.CronJob]) -> HttpResponse | None:
+        """Pause with a note and, optionally, an end: the job resumes itself then, by the database's
+        clock (``pauses``), whoever is around."""
+        form = PauseForm(request.POST if "apply" in request.POST else None)
+        if "apply" in request.POST and form.is_valid():
+            self._set_paused(request, queryset, True, note=form.cleaned_data["note"].strip(),
+                             until=form.cleaned_data["until"].strip())
+            return None
+        return self._action_form(request, queryset, form, "pause", title="Pause", submit="Pause",
+                                 intro="Pause these jobs: no slot of theirs is sent while they are paused (each is "
+                                       "recorded SKIPPED PAUSED if its message was on its way), and the runs "
+                                       "somebody asks for wait for the resume. With an end, each resumes itself "
+                                       "then; without one, until somebody resumes it.")
 
     @admin.action(description="Resume", permissions=["operate"])
     def resume(self, request: HttpRequest, queryset: QuerySet[models.CronJob]) -> None:
         self._set_paused(request, queryset, False)
 
-    def _set_paused(self, request: HttpRequest, queryset: QuerySet[models.CronJob], paused: bool) -> None:
+    def _set_paused(self, request: HttpRequest, queryset: QuerySet[models.CronJob], paused: bool, *,
+                    note: str = "", until: str = "") -> None:
         source = audit.admin_action("pause" if paused else "resume")
+        done = 0
         for job in queryset.select_related("periodic_task"):
-            # A transaction per job (one job's rows locked at a time, as before), naming the user to
-            # the audit log's triggers.
-            with transaction.atomic():
-                audit.set_author(actor=username(request), source=source)
-                task = job.periodic_task
-                if task is not None:  # the periodic task is the switch; the beat follows it
-                    task.enabled = not paused
-                    task.save(update_fields=["enabled"])
-                else:
-                    models.CronJob.objects.filter(id=job.id).update(paused=paused)
+            try:
+                # A transaction per job (one job's rows locked at a time, as before), naming the user to
+                # the audit log's triggers.
+                with transaction.atomic():
+                    audit.set_author(actor=username(request), source=source)
+                    task = job.periodic_task
+                    if task is not None:  # the periodic task is the switch; the beat follows it
+                        task.enabled = not paused
+                        task.save(update_fields=["enabled"])
+                    else:
+                        models.CronJob.objects.filter(id=job.id).update(paused=paused)
+                    if paused:  # what is said of the pause, once it is made (a resume clears it)
+                        end = slots.parse_slot(until, job_zone(job)) if until else None
+                        pauses.say(job.id, note=note, until=end, by=username(request))
+            except exceptions.CronCeleryError as error:
+                self.message_user(request, f"{job.name}: {error}", messages.ERROR)
+                continue
+            done += 1
             if not paused and (declared := declaration_of(job)) is not None:
                 resumes.release(current_app, declared)  # the runs the pause held (else the reconciler's)
         verb = "paused" if paused else "resumed"
-        self.message_user(request, f"{queryset.count()} job(s) {verb}.", messages.SUCCESS)
+        if done:
+            self.message_user(request, f"{done} job(s) {verb}.", messages.SUCCESS)
 
     @admin.action(description="Backfill a date range…", permissions=["operate"])
     def backfill_range(self, request: HttpRequest, queryset: QuerySet[models.CronJob]) -> HttpResponse | None:
@@ -182,6 +204,14 @@ class JobActions(ReadOnly):
             "action": action, "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
             "opts": self.model._meta, "intro": intro, "submit": submit,
         })
+
+
+def job_zone(job: models.CronJob) -> zoneinfo.ZoneInfo:
+    """The timezone a time typed for this job is read in: its schedule's, else its own, else UTC."""
+    try:
+        return zoneinfo.ZoneInfo(job.schedule_timezone or job.timezone or "UTC")
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        return zoneinfo.ZoneInfo("UTC")
 
 
 def local_time(slot: dt.datetime, job: models.CronJob) -> str:

@@ -118,7 +118,7 @@ class CronJobAdmin(JobActions):
     def status_badge(self, job: models.CronJob) -> SafeString:
         timing = dashboard.timing_badges(getattr(job, "timing", None))
         if job.paused:
-            return format_html("{}{}", dashboard.badge(S.SKIPPED, "paused"), timing)
+            return format_html("{}{}{}", dashboard.badge(S.SKIPPED, "paused"), dashboard.pause_said(job), timing)
         return format_html("{}{}", dashboard.badge(job.last_status), timing)
 
     #: The admin's list, with a banner while this process's system checks find an error.

@@ -36,7 +36,7 @@ from cron_celery import enums
 from cron_celery.alerts import too_fast_incidents
 from cron_celery.alerts.channels import ALERT, EXE, JOB, UPSTREAM_FAILURES, E, S, deliverable
 from cron_celery.alerts.delivery import send_soon
-from cron_celery.decisions import timing
+from cron_celery.decisions import pauses, timing
 from cron_celery.declaring import registry
 from cron_celery.run import events
 
@@ -229,6 +229,25 @@ def wanted_for(job: registry.Job | None, status: str) -> bool:
     return False
 
 
+def pausing(ended: events.Ended) -> bool:
+    """A final failure of a job declared with ``pause_after_failures``: it may pause the job."""
+    return (ended.final and not ended.lost_attempt and ended.status in (S.FAILED, S.TIMED_OUT, S.LOST)
+            and ended.job is not None and ended.job.pause_after_failures is not None)
+
+
+def _record_pause(ended: events.Ended) -> None:
+    """Pause the job if this failure makes it ``pause_after_failures`` in a row (``pauses``), and say
+    so: a PAUSED alert on its failure channels, naming the failures, in the same transaction."""
+    paused = pauses.after_failures(job_id=ended.job_id, execution_id=ended.execution_id, counted=ended.counted,
+                                   status=ended.status, slot=ended.slot, error_code=ended.error_code)
+    if paused is None:
+        return
+    logger.warning("cron job %s paused itself: %s", ended.job.name if ended.job else ended.job_id, paused.note)
+    names = list(deliverable(ended.job, E.PAUSED))
+    _write([ended.execution_id] * len(names), [ended.job_id] * len(names), E.PAUSED, names,
+           [{"note": paused.note, "failures": paused.failures}] * len(names))
+
+
 class Outbox(events.Listener):
     """The alert outbox as a listener: its rows commit with the outcome they are about."""
 
@@ -237,7 +256,7 @@ class Outbox(events.Listener):
     def records(self, ended: events.Ended) -> bool:
         if upstream_failed(ended):
             return bool(deliverable(ended.job, E.UPSTREAM))
-        return wanted_for(ended.job, ended.status) or timed(ended)
+        return wanted_for(ended.job, ended.status) or timed(ended) or pausing(ended)
 
     def record(self, ended: events.Ended) -> None:
         if upstream_failed(ended):
@@ -245,6 +264,8 @@ class Outbox(events.Listener):
             return
         if timed(ended):
             _record_too_fast(ended)
+        if pausing(ended):
+            _record_pause(ended)
         record(job=ended.job, job_id=ended.job_id, execution_id=ended.execution_id, status=ended.status,
                counted=ended.counted, lost_attempt=ended.lost_attempt)
 

@@ -31,7 +31,8 @@ BUILT_IN = {
 #: Which ``NOTIFICATIONS`` list names the channels of each event.
 KIND = {E.FAILED: "on_failure", E.TIMED_OUT: "on_failure", E.LOST: "on_failure", E.MISSED: "on_failure",
         E.RECOVERED: "on_recovery", E.SUCCEEDED: "on_success", E.UPSTREAM: "on_failure", E.LATE: "on_failure",
-        E.LONG_RUNNING: "on_failure", E.TOO_FAST: "on_failure", E.TOO_FAST_RECOVERED: "on_recovery"}
+        E.LONG_RUNNING: "on_failure", E.TOO_FAST: "on_failure", E.TOO_FAST_RECOVERED: "on_recovery",
+        E.PAUSED: "on_failure"}
 #: The upstream outcomes whose skip of a downstream slot alerts a job declared with
 #: ``alert_on_upstream=True`` (event UPSTREAM): the failures.
 UPSTREAM_FAILURES = frozenset({S.FAILED, S.TIMED_OUT, S.LOST})

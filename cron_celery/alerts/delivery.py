@@ -48,6 +48,9 @@ def message_for(alert: models.Alert) -> Message:
             error_code, error = str(lost[-1].get("error_code") or ""), str(lost[-1].get("message") or "")
     if alert.event == E.UPSTREAM:
         error_code, error = enums.SkipReason.UPSTREAM.value, _upstream_story(execution)
+    elif alert.event == E.PAUSED:  # the note the pause wrote, naming the failures
+        error_code, error = alert.event, str((alert.facts or {}).get("note") or "The job paused itself.")
+        error += "\nResume it (the admin's Resume, or enable its periodic task) once it is fixed."
     elif alert.event in TIMING_EVENTS:
         error_code, error = alert.event, timing_texts.story(alert.event, execution, alert.facts)
     return Message(

@@ -42,8 +42,8 @@ from pottery.exceptions import ExtendUnlockedLock, QuorumIsImpossible, ReleaseUn
 from cron_celery import catch_up, check_errors, conf, schedules, slots
 from cron_celery.beat import health, plain_tasks, publishing, schedule_problems, schedule_sync
 from cron_celery.beat.planning import PlanKey, log_round, plan
-from cron_celery.decisions import audit, dispatch, leadership, oneoffs
-from cron_celery.run import locks, outcomes, tasks
+from cron_celery.decisions import audit, dispatch, leadership, oneoffs, pauses
+from cron_celery.run import locks, outcomes, resumes, tasks
 from cron_celery.tracking import fires, rows
 
 logger = logging.getLogger(__name__)
@@ -300,6 +300,8 @@ class Scheduler(DatabaseScheduler):  # type: ignore[misc]
             if next_at is None or next_at > now:
                 ahead = (next_at - now).total_seconds() if next_at is not None else self.tick_seconds
                 return min(self.tick_seconds, ahead)
+            if self.end_pauses():  # resumed: the trigger has the next look take the resume in
+                continue
             one_offs = self.send_one_offs(now)
             self.published += one_offs
             due = dispatch.due_jobs(now, limit=conf.settings.BEAT_BATCH)
@@ -328,6 +330,13 @@ class Scheduler(DatabaseScheduler):  # type: ignore[misc]
                             type(error).__name__, str(error).strip())
             if time.monotonic() > deadline:
                 return 0.0
+
+    def end_pauses(self) -> bool:
+        """Resume the jobs whose pause has ended and send the runs their pause held (``pauses``)."""
+        resumed = pauses.end_due()
+        for job_id in resumed:
+            resumes.release_job(self.app, job_id)
+        return bool(resumed)
 
     def plan(self, row: dispatch.DueJob, now: dt.datetime, plans: dict[PlanKey, catch_up.CatchUpPlan | None],
              problems: dict[int, str] | None = None) -> dispatch.Decision | None:

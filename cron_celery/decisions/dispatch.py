@@ -419,8 +419,8 @@ CALENDAR_END = "timestamptz '9999-12-31 23:59:59.999999+00'"
 
 
 def next_due() -> tuple[dt.datetime | None, bool, dt.datetime]:
-    """The idle tick's one query: the earliest ``due_at`` (next slot plus jitter) of an unpaused job
-    or of a one-off run not sent yet (``oneoffs``), whether
+    """The idle tick's one query: the earliest ``due_at`` (next slot plus jitter) of an unpaused job,
+    of a one-off run not sent yet (``oneoffs``) or of a pause's end (``pauses``), whether
     any schedule was edited, and the database's clock (what "is it due" is decided by, so a
     beat whose own clock is off dispatches nothing early or late). Both lookups use an index
     (``due_at``, and the partial index of edited jobs: written as a scalar subquery, not
@@ -430,7 +430,9 @@ def next_due() -> tuple[dt.datetime | None, bool, dt.datetime]:
             f"""
             SELECT (SELECT CASE WHEN d > {CALENDAR_END} THEN {CALENDAR_END} ELSE d END
                       FROM (SELECT least((SELECT due_at FROM {JOB} WHERE due_at IS NOT NULL AND NOT paused
-                                          ORDER BY due_at LIMIT 1), {oneoffs.earliest()}) AS d) AS earliest),
+                                          ORDER BY due_at LIMIT 1), {oneoffs.earliest()},
+                                         (SELECT paused_until FROM {JOB} WHERE paused_until IS NOT NULL
+                                          ORDER BY paused_until LIMIT 1)) AS d) AS earliest),
                    (SELECT id FROM {JOB} WHERE schedule_version <> schedule_seen ORDER BY id LIMIT 1) IS NOT NULL,
                    clock_timestamp()
             """

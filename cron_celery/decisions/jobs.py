@@ -23,7 +23,7 @@ _job_ids: dict[registry.Job, int] = {}
 #: The columns a declaration sets; a row whose values all match is left alone (not even touched).
 _DECLARED = ("name", "task", "pattern", "overlap", "timezone", "description", "catch_up", "max_retries",
              "alert_after", "alert_repeat", "max_concurrency", "concurrency_group", "jitter_ms", "start_deadline",
-             "max_runtime", "min_runtime", "catch_up_window")
+             "max_runtime", "min_runtime", "catch_up_window", "pause_after_failures")
 _INSERT = (f"INSERT INTO {JOB} AS job (name, code, {', '.join(_DECLARED[1:])}, paused, fence,"
            " consecutive_failures, last_status, created_at, updated_at)")
 _REFRESH = (f"ON CONFLICT (code) DO UPDATE SET {', '.join(f'{c} = EXCLUDED.{c}' for c in _DECLARED)},"
@@ -41,11 +41,11 @@ def ensure_job(job: registry.Job) -> int:
     params: list[str | int | float | None] = [
         job.name, job.code, job.task_name, job.pattern, job.overlap, job.timezone, job.description, job.catch_up,
         job.max_retries, job.alert_after, job.alert_repeat, job.limit, job.concurrency_group or "", job.jitter_ms,
-        job.start_deadline, job.max_runtime, job.min_runtime, job.catch_up_window]
+        job.start_deadline, job.max_runtime, job.min_runtime, job.catch_up_window, job.pause_after_failures]
     upsert = f"""
         {_INSERT}
         VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::float8, %s::float8, %s::float8,
-                %s::float8, false, 0, 0, '', now(), now())
+                %s::float8, %s::int, false, 0, 0, '', now(), now())
         {_REFRESH}
         RETURNING id
         """
@@ -91,6 +91,7 @@ def ensure_jobs(jobs: list[registry.Job]) -> dict[str, int]:
     columns.append([job.jitter_ms for job in jobs])
     for field in ("start_deadline", "max_runtime", "min_runtime", "catch_up_window"):
         columns.append([getattr(job, field) for job in jobs])
+    columns.append([job.pause_after_failures for job in jobs])
     try:
         # A declared value that changes (max_concurrency, ...) is a schedule change of the audit log:
         # the statement names its source itself (its author CTE runs before the rows are written).
@@ -103,7 +104,7 @@ def ensure_jobs(jobs: list[registry.Job]) -> dict[str, int]:
                 SELECT d.*, false, 0, 0, '', now(), now()
                 FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[],
                             %s::text[], %s::int[], %s::int[], %s::int[], %s::int[], %s::text[], %s::int[],
-                            %s::float8[], %s::float8[], %s::float8[], %s::float8[]) AS d, author
+                            %s::float8[], %s::float8[], %s::float8[], %s::float8[], %s::int[]) AS d, author
                 {_REFRESH}
                 """,
                 [*named, *columns],

@@ -79,6 +79,9 @@ class Job:
     start_deadline: float | None = None
     max_runtime: float | None = None
     min_runtime: float | None = None
+    #: After this many final failures in a row the job pauses itself, and says so in a PAUSED alert
+    #: (``pauses.after_failures``); None: never.
+    pause_after_failures: int | None = None
     #: The keyword-only parameters its function (or ``execute``) takes after ``run`` (``params``): read
     #: from the signature once, here; a run's values are checked against them.
     parameters: tuple[params.Param, ...] = ()
@@ -173,6 +176,7 @@ def declare(
     start_deadline: object = None,
     max_runtime: object = None,
     min_runtime: object = None,
+    pause_after_failures: object = None,
     parameters: object = (),
 ) -> Job:
     """Validate a declaration and build its ``Job``; raises ``ImproperlyDeclared``."""
@@ -200,6 +204,8 @@ def declare(
     retry_on_types = options.read_exception_types(name, retry_on)
     policy = options.read_choice(enums.CatchUp, catch_up if catch_up is not None else "latest", name, "catch_up")
     window_seconds = options.read_catch_up_window(name, catch_up_window, policy, parsed)
+    pause_after = options.read_number(name, "pause_after_failures", pause_after_failures, integer=True,
+                                      optional=True, positive=True)
     return Job(
         name=name, code=code, task_name=task_name, pattern=chosen_pattern, overlap=chosen_overlap, timezone=tz,
         description=description, schedule=parsed, catch_up=policy, catch_up_window=window_seconds,
@@ -212,6 +218,7 @@ def declare(
         jitter=spread, after=upstreams, alert_on_upstream=on_upstream,
         active_from=window[0], active_until=window[1],
         start_deadline=deadline, max_runtime=longest, min_runtime=shortest,
+        pause_after_failures=None if pause_after is None else int(pause_after),
         parameters=tuple(item for item in parameters if isinstance(item, params.Param)),
     )
 

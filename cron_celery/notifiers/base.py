@@ -29,7 +29,7 @@ EVENT_WORDS = {
     "FAILED": "failed", "TIMED_OUT": "timed out", "LOST": "was lost", "MISSED": "missed a slot",
     "RECOVERED": "recovered", "SUCCEEDED": "succeeded", "UPSTREAM": "was skipped: an upstream job failed",
     "LATE": "has not started in time", "LONG_RUNNING": "is running too long", "TOO_FAST": "finished too fast",
-    "TOO_FAST_RECOVERED": "takes long enough again",
+    "TOO_FAST_RECOVERED": "takes long enough again", "PAUSED": "paused itself after failing again and again",
 }
 #: Events that warn of a run's timing rather than report a failure.
 WARNING_EVENTS = frozenset({"LATE", "LONG_RUNNING", "TOO_FAST"})
@@ -65,7 +65,7 @@ class Message:
 
     @property
     def failing(self) -> bool:
-        return self.event in ("FAILED", "TIMED_OUT", "LOST", "MISSED", "UPSTREAM")
+        return self.event in ("FAILED", "TIMED_OUT", "LOST", "MISSED", "UPSTREAM", "PAUSED")
 
     @property
     def warning(self) -> bool:

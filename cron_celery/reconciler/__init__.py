@@ -83,10 +83,10 @@ from django.db import DatabaseError, close_old_connections, connection, transact
 from cron_celery import alerts, catch_up, conf, enums, schedules, slots
 from cron_celery.alerts import delivery
 from cron_celery.beat import planning
-from cron_celery.decisions import dependencies, dispatch, leadership, removals, repairs, resends, timing
+from cron_celery.decisions import dependencies, dispatch, leadership, pauses, removals, repairs, resends, timing
 from cron_celery.declaring import registry
 from cron_celery.reconciler import inflight, retention
-from cron_celery.run import outcomes, tasks
+from cron_celery.run import outcomes, resumes, tasks
 
 logger = logging.getLogger(__name__)
 S = enums.Status
@@ -115,6 +115,7 @@ class Report:
     long_running: int = 0  # executions found running past their job's max_runtime (alerted LONG_RUNNING)
     tidied: int = 0  # old heartbeat, settled alert and dashboard rollup rows deleted (once an hour)
     removed: int = 0  # executions of jobs removed from the code closed (``removals.leftovers``): none alerted
+    resumed: int = 0  # jobs whose pause ended (``pauses.end_due``), resumed by this pass
 
     def __str__(self) -> str:
         if not self.ran:
@@ -142,6 +143,7 @@ def run_pass(now: dt.datetime | None = None) -> Report:
     try:
         report = Report()
         report.removed = removals.leftovers()  # before the steps below could retry, re-send or alert them
+        report.resumed = _end_pauses()  # a pause ends with no beat running too
         _expired_leases(report, int(options["BATCH"]))
         _stranded(report, options, me)
         _undispatched(report, now or leadership.database_now(), options)
@@ -151,12 +153,20 @@ def run_pass(now: dt.datetime | None = None) -> Report:
         _timing(report, int(options["BATCH"]))
         if (report.lost or report.resent or report.missed or report.abandoned or report.alerts or report.tidied
                 or report.downstream or report.late or report.long_running or report.removed
-                or report.unanswered or report.capped):
+                or report.unanswered or report.capped or report.resumed):
             logger.warning("cron_celery reconciler: %s", report)
         leadership.mark(leadership.RECONCILED, me)
         return report
     finally:
         leadership.release(PASS_LEASE, token)
+
+
+def _end_pauses() -> int:
+    """Resume the jobs whose pause has ended, and send the runs their pause held."""
+    resumed = pauses.end_due()
+    for job_id in resumed:
+        resumes.release_job(current_app, job_id)
+    return len(resumed)
 
 
 def _downstream(report: Report, options: dict[str, Any]) -> None:

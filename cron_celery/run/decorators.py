@@ -25,7 +25,8 @@ DECLARATION_OPTIONS = ("name", "code", "pattern", "execution_pattern", "overlap"
 JOB_OPTIONS = ("max_retries", "retry_backoff", "retry_backoff_max", "retry_jitter", "retry_on",
                "retry_on_failure", "soft_time_limit", "time_limit", "notify", "alert_after", "alert_repeat",
                "max_concurrency", "concurrency_group", "jitter", "after", "active_from", "active_until",
-               "alert_on_upstream", "start_deadline", "max_runtime", "min_runtime", "catch_up_window")
+               "alert_on_upstream", "start_deadline", "max_runtime", "min_runtime", "catch_up_window",
+               "pause_after_failures")
 
 
 
@@ -186,6 +187,8 @@ def cron_task(
     - ``start_deadline=``: seconds; a run not started this long after it was due alerts ``LATE``.
     - ``max_runtime=``: seconds; a run going this long alerts ``LONG_RUNNING`` (it is not stopped).
     - ``min_runtime=``: seconds; a success faster than this alerts ``TOO_FAST``.
+    - ``pause_after_failures=``: after this many final failures in a row the job pauses itself and
+      alerts ``PAUSED``, listing them; a person resumes it (default: never).
 
     Any other keyword is a Celery task option (``queue=``, ``priority=``, ``bind=``, ``base=`` a
     ``TrackedTask`` subclass...). Each option in full: docs/configuration.md, "Per-job options".

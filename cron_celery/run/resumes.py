@@ -38,3 +38,11 @@ def release(app: celery.Celery, job: registry.Job) -> None:
                        celery_task_id=item.celery_task_id or None)
     except Exception:  # the pause is lifted either way; the reconciler sends what is left
         logger.exception("could not send the runs of %s that waited for it to be resumed", job.name)
+
+
+def release_job(app: celery.Celery, job_id: int) -> None:
+    """``release`` for the job with this row id (a pause that ended by itself); a job this process
+    does not declare is left to the reconciler, which sends what its pause held at its next pass."""
+    job = jobs.job_for_row(job_id)
+    if job is not None:
+        release(app, job)

@@ -59,6 +59,27 @@ def when(moment: Any) -> SafeString:
     return format_html('<span style="white-space:nowrap">{}</span>', shown)
 
 
+def pause_said(job: Any) -> SafeString:
+    """What was said of a paused job's pause, under its badge: "until 2026-12-08 08:00 UTC · by alice:
+    warehouse migration" (each part only when there is one)."""
+    parts = [format_html("until {}", when(job.paused_until))] if job.paused_until else []
+    parts += [format_html("by {}", job.paused_by)] if job.paused_by else []
+    said = format_html_join(" · ", "{}", ((part,) for part in parts))
+    if job.pause_note:
+        said = format_html("{}{}{}", said, ": " if parts else "", job.pause_note[:200])
+    return format_html('<div class="cron-pause" style="font-size:11px;color:#57606a">{}</div>', said) if (
+        parts or job.pause_note) else mark_safe("")
+
+
+def pause_summary(job: Any) -> dict[str, Any] | None:
+    """The pause in effect for the API and the commands: its note, author, start and end (None: not paused)."""
+    if not job.paused:
+        return None
+    return {"note": job.pause_note or None, "by": job.paused_by or None,
+            "since": job.paused_at.isoformat() if job.paused_at else None,
+            "until": job.paused_until.isoformat() if job.paused_until else None}
+
+
 def when_stacked(moment: Any) -> SafeString:
     """A UTC time in a narrow column: the date over the time of day ("2026-11-30" / "02:13 UTC")."""
     if moment is None:

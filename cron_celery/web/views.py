@@ -40,7 +40,7 @@ from cron_celery.beat import health
 from cron_celery.decisions import audit, in_effect, oneoffs
 from cron_celery.declaring import params, registry, storable
 from cron_celery.run import tasks
-from cron_celery.web import tokens
+from cron_celery.web import dashboard, tokens
 
 logger = logging.getLogger(__name__)
 
@@ -131,6 +131,7 @@ def job_summary(job: models.CronJob, next_one_off: dt.datetime | None = None) ->
     return {
         "name": job.name, "code": job.code, "schedule": job.schedule or None,
         "timezone": job.schedule_timezone or job.timezone, "paused": job.paused,
+        "pause": dashboard.pause_summary(job),
         "next_slot": _iso(job.next_run_at if job.active_until is None or job.next_run_at is None
                           or job.next_run_at < job.active_until else None),
         "active_from": _iso(job.active_from), "active_until": _iso(job.active_until),

@@ -129,7 +129,7 @@ def test_a_pause_holds_the_waiting_backfill_slots_and_the_resume_runs_each_once_
     first, *others = backfilled(4)  # one message at a time: the oldest slot runs first
     job_id = first.job_id
     wait_for(lambda: status_of(first.id).status == Status.RUNNING, what="the first backfill slot to start")
-    admin_client.post(DASHBOARD, {"action": "pause", "_selected_action": [job_id]})
+    admin_client.post(DASHBOARD, {"action": "pause", "apply": "1", "_selected_action": [job_id]})
     assert CronJob.objects.get(id=job_id).paused
     gate.touch()
     wait_for(lambda: status_of(first.id).completed, what="the first slot to end")

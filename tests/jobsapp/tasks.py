@@ -324,3 +324,17 @@ if os.environ.get("CRON_TEST_MISSPELT") == "1":  # a newcomer's typo: max_retry=
     @cron_task(name="misspelt", code="T199", schedule="*/5 * * * *", max_retry=2)  # type: ignore[misc]
     def misspelt(run: Run) -> str:
         return "never declared"
+
+
+# pause_after_failures (tests/faults/test_pause_ends.py): a job that fails every slot until a file
+# says it is fixed, and pauses itself after three failures in a row.
+if os.environ.get("CRON_TEST_PAUSE_AFTER") == "1":
+
+    @cron_task(name="fails-until-fixed", code="PF1", schedule=every(seconds=2), pattern="always", overlap="allow",
+               catch_up="none", pause_after_failures=3)
+    def fails_until_fixed(run: Run) -> str:
+        """Fails until the file named by CRON_TEST_FIXED exists."""
+        mark(run, "fails-until-fixed")
+        if not os.path.exists(os.environ.get("CRON_TEST_FIXED", "/nonexistent")):
+            raise ConnectionError("the warehouse is unreachable")
+        return "fixed"

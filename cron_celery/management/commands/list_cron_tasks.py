@@ -41,11 +41,13 @@ def outcome(status: str, skip_reason: str) -> str:
 
 def next_cell(state: models.CronJob | None, upcoming: dt.datetime | None, ended: bool,
               one_off: dt.datetime | None) -> str:
-    """NEXT SLOT: the next slot, a one-off run when it comes first, "window ended", or "paused"."""
+    """NEXT SLOT: the next slot, a one-off run when it comes first, "window ended", or "paused" (with the
+    pause's end and note when it has them: "paused until 2026-12-08 07:00Z (warehouse migration)")."""
     if one_off is not None and (upcoming is None or ended or one_off < upcoming or (state and state.paused)):
         return f"one-off {one_off:%Y-%m-%d %H:%M}Z"
     if state is not None and state.paused:
-        return "paused"
+        said = f"paused until {state.paused_until:%Y-%m-%d %H:%M}Z" if state.paused_until else "paused"
+        return f"{said} ({' '.join(state.pause_note.split())[:60]})" if state.pause_note else said
     if ended:
         return "window ended"
     return f"{upcoming:%Y-%m-%d %H:%M}Z" if upcoming else "-"
