@@ -265,6 +265,38 @@ def test_a_one_off_run_scheduled_shown_and_cancelled_in_the_admin(page: Page, li
     page.screenshot(path=str(SHOTS / "history-one-off-cancelled.png"), full_page=True)
 
 
+def test_a_pause_with_a_note_and_an_end_from_the_dashboard(page: Page, live_server: Any) -> None:
+    """The dashboard's Pause… asks why and until when; the job's status cell says both, and who; an
+    end in the past is refused and pauses nothing."""
+    ids = seed()
+    until = (dt.datetime.now(dt.UTC) + dt.timedelta(days=1)).replace(hour=8, minute=0, second=0, microsecond=0)
+    page.goto(f"{live_server.url}/admin/cron_celery/cronjob/")
+    page.locator(f"input[name=_selected_action][value='{ids['nightly-report']}']").check()
+    page.select_option("select[name=action]", "pause")
+    page.click("button[name=index]")
+    page.fill("#id_note", "the warehouse is migrating")
+    page.fill("#id_until", "2020-01-01 08:00")
+    page.click("input[name=apply]")
+    expect(page.locator(".messagelist")).to_contain_text("is not after now")
+    assert not CronJob.objects.get(id=ids["nightly-report"]).paused
+    page.locator(f"input[name=_selected_action][value='{ids['nightly-report']}']").check()
+    page.select_option("select[name=action]", "pause")
+    page.click("button[name=index]")
+    page.fill("#id_note", "the warehouse is migrating")
+    page.fill("#id_until", until.strftime("%Y-%m-%d %H:%MZ"))
+    page.screenshot(path=str(SHOTS / "pause-form.png"), full_page=True)
+    page.click("input[name=apply]")
+    expect(page.locator(".messagelist")).to_contain_text("1 job(s) paused.")
+    row = page.locator("#result_list tbody tr", has_text="nightly-report")
+    expect(row).to_contain_text("paused")
+    expect(row).to_contain_text(f"until {until:%Y-%m-%d %H:%M} UTC")
+    expect(row).to_contain_text("by ops: the warehouse is migrating")
+    page.screenshot(path=str(SHOTS / "dashboard-paused-until.png"), full_page=True)
+    page.goto(f"{live_server.url}/admin/cron_celery/cronjob/{ids['nightly-report']}/change/")
+    expect(page.locator("body")).to_contain_text("the warehouse is migrating")
+    page.screenshot(path=str(SHOTS / "job-page-paused.png"), full_page=True)
+
+
 def test_late_and_long_runs_show_as_badges_on_the_dashboard(page: Page, live_server: Any) -> None:
     """A run waiting past its job's start_deadline reads "late 4 min" beside the job's status, one
     running past its max_runtime "running 2 h"; a job within its bounds shows neither."""
