@@ -203,3 +203,48 @@ def test_a_run_told_a_history_other_than_its_claim_saw_is_reported() -> None:
     unsent = dataclasses.replace(row(2, "S02", 3, "FAILED", ended=3.1), started=None, fence=None,
                                  error_code="PUBLISH_FAILED")
     assert not run_checks([history[0], unsent, history[2]], starts={(3, 3): {**told, "previous": 1}})
+
+
+def test_a_pause_that_ends_early_or_never_and_a_dispatch_while_paused_until_its_end_are_reported() -> None:
+    from tests.soak import pause_checks
+
+    t0 = T0.timestamp()
+    lines = [{"ev": "pause", "job": "S04", "t": t0 + 10}, {"ev": "pause-ends", "job": "S04", "t": t0 + 10.1,
+                                                           "until": t0 + 16},
+             {"ev": "other", "t": t0 + 400}]
+
+    def anomalies(ends: list[tuple[str, float]]) -> set[str]:
+        result = Result()
+        pause_checks.check(lines, ends, result)
+        return {kind for kind, found in result.anomalies.items() if found}
+
+    assert anomalies([("S04", t0 + 16.4)]) == set(), "ended by itself at its end"
+    assert anomalies([("S04", t0 + 14)]) == {"PAUSE_ENDED_EARLY"}
+    assert anomalies([]) == {"PAUSE_NOT_ENDED"}
+    resumed = [*lines[:2], {"ev": "resume", "job": "S04", "t": t0 + 12}, lines[2]]
+    result = Result()
+    pause_checks.check(resumed, [], result)
+    assert not any(result.anomalies.values()), "the person resumed it before its end"
+    # Until its end it is paused; after it, its slots may be recorded again.
+    during = [row(1, "S04", 14), row(2, "S04", 18)]
+    found = run_checks(during, lines)
+    assert len(found["DISPATCHED_WHILE_PAUSED"]) == 1 and "execution 1:" in found["DISPATCHED_WHILE_PAUSED"][0]
+
+
+def test_a_job_that_pauses_itself_is_held_to_its_nth_failure_in_a_row() -> None:
+    from tests.soak import pause_checks
+    from tests.soak import spec as specs
+
+    spec = specs.BY_CODE["S06"]
+    assert spec.pause_after_failures == 2
+    finals = [row(1, "S06", 0), row(2, "S06", 1, "FAILED"), row(3, "S06", 2, "FAILED"), row(4, "S06", 3, "FAILED"),
+              row(5, "S06", 20, "FAILED")]
+    resume = [{"ev": "resume", "job": "S06", "t": T0.timestamp() + 10}]
+    expected, optional = pause_checks.paused_alerts(spec, finals, resume)
+    # The second failure in a row pauses it; the third ends while it is paused; after the person's
+    # resume the streak goes on, so the next failure pauses it again.
+    assert (expected, optional) == ({(3, "PAUSED"), (5, "PAUSED")}, set())
+    near = [{"ev": "resume", "job": "S06", "t": T0.timestamp() + 20.3}]  # resumed as the failure ended
+    expected, optional = pause_checks.paused_alerts(spec, finals, near)
+    assert expected == {(3, "PAUSED")} and optional == {(5, "PAUSED")}
+    assert pause_checks.paused_alerts(specs.BY_CODE["S01"], finals, resume) == (set(), set())

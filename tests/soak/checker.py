@@ -16,7 +16,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-from tests.soak import feature_checks
+from tests.soak import feature_checks, pause_checks
 from tests.soak import spec as specs
 from tests.soak.history import (
     BODY_STATUSES,
@@ -33,9 +33,10 @@ from tests.soak.history import (
 def check(rows: list[Row], alerts: list[tuple[Any, ...]], markers: Path, *,
           republish_limit: int, lost_outcome_logs: set[int], faults: list[tuple[str, float, float]],
           lease: float, jobs: dict[str, dict[str, Any]] | None = None,
-          window: tuple[float, float] = (0.0, 0.0)) -> Result:
+          window: tuple[float, float] = (0.0, 0.0), pause_ends: list[tuple[str, float]] | None = None) -> Result:
     """``jobs``: each job row's code to its columns the feature checks read (``jitter_ms``);
-    ``window``: the windowed job's, epoch seconds."""
+    ``window``: the windowed job's, epoch seconds; ``pause_ends``: the pauses that ended by themselves
+    (``history.load_pause_ends``)."""
     result = Result()
     bodies = read_lines(markers, "bodies")
     delivered = read_lines(markers, "alerts")
@@ -53,7 +54,8 @@ def check(rows: list[Row], alerts: list[tuple[Any, ...]], markers: Path, *,
         _row(row, result, starts, ends, republish_limit, by_id, rows, lost_outcome_logs, person)
     _bodies(rows, by_id, starts, ends, result)
     _overlaps(rows, starts, ends, result)
-    _alerts(rows, alerts, delivered, result)
+    _alerts(rows, alerts, delivered, result, person.lines)
+    pause_checks.check(person.lines, pause_ends or [], result)
     _lost_notes(rows, faults, lease, result)
     feature_checks.check_all(rows, starts, ends, read_lines(markers, "tracked"), person, result,
                              jobs=jobs or {}, window=window)
@@ -267,7 +269,7 @@ def _overlaps(rows: list[Row], starts: dict[tuple[int, int], dict[str, Any]],
 
 
 def _alerts(rows: list[Row], alerts: list[tuple[Any, ...]], delivered: list[dict[str, Any]],
-            result: Result) -> None:
+            result: Result, person: list[dict[str, Any]] | None = None) -> None:
     """Once per incident: walk each job's final outcomes in the order they were written."""
     result.alerts = len(alerts)
     actual: Counter[tuple[int, str]] = Counter((execution_id, event) for _, execution_id, _, event, _, _ in alerts)
@@ -293,6 +295,9 @@ def _alerts(rows: list[Row], alerts: list[tuple[Any, ...]], delivered: list[dict
             if not alerted and in_a_row >= spec.alert_after:
                 expected[(row.id, row.status)] += 1
                 alerted = True
+        paused, maybe = pause_checks.paused_alerts(spec, finals, person or [])
+        expected.update(paused)
+        optional |= maybe
         for row in job_rows:  # a worker that died alerts LOST at once, once per execution
             history = row.attempts[:-1] if row.status not in OPEN else row.attempts
             if any(a.get("status") == "LOST" and a.get("error_code") in ("WORKER_LOST", "LEASE_EXPIRED")

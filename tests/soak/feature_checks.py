@@ -11,7 +11,8 @@
 - the person's one-off runs ran at most once, at or after their time, and a cancelled one never;
   the person's runs with values are their own executions;
 - the tracked plain task: every recorded success was its body's, under a claim; nothing ran untracked;
-- the paused upstream: no beat slot recorded while it was paused;
+- the paused upstream, and the job that pauses itself after its failures: no beat slot recorded while
+  it was paused (a pause with an end lasts until then);
 - the run before: each body was told (``run.previous``, ``run.last_success``) the newest execution
   before it, by slot and run number, that had started and ended (succeeded) when its claim was made.
 """
@@ -56,22 +57,30 @@ class Person:
         return [line for line in self.lines if line["ev"] == event]
 
     def pauses(self, code: str, *, certain: bool = False) -> list[tuple[float, float]]:
-        """``code``'s pauses, from the line written before the save to its resume. ``certain``: only
-        those whose save returned (a ``pause-failed`` save may or may not have committed)."""
-        spans, since, sure = [], None, True
+        """``code``'s pauses, from the line written before the save (a job that paused itself: from
+        its ``paused_at``) to its resume, or to its end when it had one and that came first.
+        ``certain``: only those whose save returned (a ``pause-failed`` save may or may not have
+        committed)."""
+        spans: list[tuple[float, float]] = []
+        since: float | None = None
+        sure, until = True, float("inf")
         for line in self.lines:
             if line.get("job") != code:
                 continue
-            if line["ev"] == "pause":
-                since, sure = line["t"], True
+            if line["ev"] in ("pause", "self-paused"):
+                if since is not None and until < line["t"]:  # the one before ended by itself
+                    spans.append((since, until))
+                since, sure, until = line.get("at", line["t"]), True, float("inf")
             elif line["ev"] == "pause-failed":
                 sure = False
+            elif line["ev"] == "pause-ends":
+                until = line["until"]
             elif line["ev"] == "resume" and since is not None:
                 if sure or not certain:
-                    spans.append((since, line["t"]))
+                    spans.append((since, min(until, line["t"])))
                 since = None
         if since is not None and (sure or not certain):
-            spans.append((since, float("inf")))
+            spans.append((since, until))
         return spans
 
     def paused_between(self, code: str, before: float, after: float) -> bool:
@@ -376,7 +385,7 @@ def _tracked(rows: list[Row], lines: list[dict[str, Any]], result: Result) -> No
 
 
 def _paused(by_job: dict[str, list[Row]], person: Person, result: Result) -> None:
-    for code in {line["job"] for line in person.of("pause")}:
+    for code in {line["job"] for line in [*person.of("pause"), *person.of("self-paused")]}:
         for row in by_job.get(code, []):
             moment = row.created_at.timestamp()
             if row.trigger in ("BEAT", "CATCH_UP") and any(

@@ -104,6 +104,13 @@ def load_alerts(cursor: Any) -> list[tuple[Any, ...]]:
     return [tuple(row) for row in cursor.fetchall()]  # type: ignore[misc]
 
 
+def load_pause_ends(cursor: Any) -> list[tuple[str, float]]:
+    """(job code, epoch seconds) of each pause that ended by itself (the audit log's rows)."""
+    cursor.execute("""SELECT job_code, extract(epoch FROM changed_at)::float8 FROM cron_celery_schedulechange
+                      WHERE source = 'system (pause ended)' AND changes ? 'enabled' ORDER BY id""")
+    return [(str(row[0]), float(row[1])) for row in cursor.fetchall()]
+
+
 def read_lines(directory: Path, prefix: str) -> list[dict[str, Any]]:
     lines = []
     for path in sorted(directory.glob(f"{prefix}-*.jsonl")):

@@ -12,6 +12,7 @@ and ``run_cron_task`` do.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import logging
 import random
@@ -57,6 +58,8 @@ class Person:
         self.random = random.Random(seed * 7919 + 1)
         self.log_path = markers / "person.jsonl"
         self.next_act = time.monotonic() + self.random.uniform(2, 6)
+        self.next_watch = time.monotonic()
+        self.self_paused: dict[str, dt.datetime] = {}
         self.counts: dict[str, int] = {}
 
     def write(self, event: str, **fields: Any) -> None:
@@ -127,6 +130,62 @@ class Person:
             return
         self.write("cancelled" if done else "cancel-too-late", exec=execution_id)
 
+    @staticmethod
+    def _pause(task: PeriodicTask, seconds: float | None) -> dt.datetime | None:
+        """Pause as the admin's Pause… does: the task disabled and, with ``seconds``, an end that far
+        ahead of the database's clock, in one transaction. Returns the end."""
+        from django.db import transaction
+
+        from cron_celery.decisions import leadership, pauses
+
+        with transaction.atomic():
+            task.enabled = False
+            task.save()
+            if seconds is None:
+                return None
+            until = leadership.database_now() + dt.timedelta(seconds=seconds)
+            pauses.say(task.cron_job.id, note="the soak's person", until=until, by="soak")
+            return until
+
+    # --- jobs that pause themselves ---------------------------------------------------------------
+
+    def watch(self, later: Callable[[float, Callable[[], None]], None]) -> None:
+        """A job that paused itself after its failures (``pause_after_failures``) is resumed a few
+        seconds later, as a person who read its PAUSED alert would. Looked at once a second."""
+        if time.monotonic() < self.next_watch:
+            return
+        self.next_watch = time.monotonic() + 1
+        from cron_celery.decisions import pauses
+        from cron_celery.models import CronJob
+
+        for spec in specs.SPECS:
+            if spec.pause_after_failures is None:
+                continue
+            try:
+                found = CronJob.objects.filter(code=spec.code).values_list("paused", "paused_by", "paused_at").first()
+            except DatabaseError:
+                close_old_connections()
+                return
+            if not found or not found[0] or found[1] != pauses.BY_FAILURES or found[2] is None:
+                continue
+            if self.self_paused.get(spec.code) == found[2]:
+                continue
+            self.self_paused[spec.code] = found[2]
+            self.write("self-paused", job=spec.code, at=found[2].timestamp())
+            later(self.random.uniform(1, 5), functools.partial(self._resume, spec.code, later))
+
+    def _resume(self, code: str, later: Callable[[float, Callable[[], None]], None]) -> None:
+        try:
+            task = periodic_task_of(code)
+            if not task.enabled:
+                self.write("resuming", job=code)  # before the save: the resume may commit from here on
+                task.enabled = True
+                task.save()
+            self.write("resume", job=code)
+        except DatabaseError:
+            close_old_connections()
+            later(3, functools.partial(self._resume, code, later))
+
     # --- the admin-edit fault -------------------------------------------------------------------
 
     def edit(self, pick: random.Random) -> tuple[str, str, Callable[[], None] | None] | None:
@@ -150,6 +209,9 @@ class Person:
                 for _ in range(6):
                     try:
                         task.refresh_from_db()
+                        if task.enabled:  # its end came first: it resumed itself
+                            self.write("resumed-by-end", job="S04")
+                            return
                         task.enabled = True
                         task.save()
                         self.write("resume", job="S04")
@@ -159,15 +221,20 @@ class Person:
                         time.sleep(0.5)
                 raise HealLater("S04 not resumed yet: the database is away")
 
+            # Half the pauses have an end a few seconds ahead (the database's clock): the job resumes
+            # itself then, unless the heal (a person's resume) comes first.
+            ends = pick.random() < 0.5
+            seconds = pick.uniform(2, 10)
             self.write("pause", job="S04")  # before the save: the pause starts after this line
             try:
-                task.enabled = False
-                task.save()
+                until = self._pause(task, seconds if ends else None)
             except DatabaseError:  # it may have committed all the same: resumed like any pause
                 close_old_connections()
                 self.write("pause-failed", job="S04")
                 return "S04", "pause answered by a database error", resume
-            return "S04", "paused", resume
+            if until is not None:
+                self.write("pause-ends", job="S04", until=until.timestamp())
+            return "S04", f"paused until {until:%H:%M:%S}" if until else "paused", resume
         text = pick.choice(GOOD_KWARGS if pick.random() < 0.5 else BAD_KWARGS)
         task = periodic_task_of("S14")
         good = text in GOOD_KWARGS

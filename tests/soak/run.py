@@ -128,6 +128,7 @@ def soak(cluster: Cluster, args: argparse.Namespace, began: float) -> int:
     while time.monotonic() < end:
         nemesis.step(injecting=bool(args.kinds))
         person.step(nemesis.later)
+        person.watch(nemesis.later)
         time.sleep(0.1)
     healing = time.monotonic()
     heal(cluster, nemesis)
@@ -240,6 +241,7 @@ def check(cluster: Cluster, nemesis: Nemesis, person_counts: dict[str, int]) -> 
         rows = history.load_rows(cursor)
         alerts = history.load_alerts(cursor)
         jobs = history.load_jobs(cursor)
+        pause_ends = history.load_pause_ends(cursor)
     faults = [(fault.kind, fault.started, fault.ended or fault.started) for fault in nemesis.faults]
     with open(cluster.workdir / "executions.jsonl", "w", encoding="utf-8") as dump:  # for a person to read
         for row in rows:
@@ -251,7 +253,7 @@ def check(cluster: Cluster, nemesis: Nemesis, person_counts: dict[str, int]) -> 
                            republish_limit=int(settings.CRON_CELERY["RECONCILE"]["REPUBLISH_LIMIT"]),
                            lost_outcome_logs=checker.outcome_write_failures(cluster.logs), faults=faults,
                            lease=float(str(settings.CRON_CELERY["LEASE_SECONDS"])), jobs=jobs,
-                           window=cluster.window)
+                           window=cluster.window, pause_ends=pause_ends)
     print()
     print("== soak report")
     print(f"faults injected: {sum(nemesis.counts.values())}"

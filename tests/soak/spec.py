@@ -34,6 +34,7 @@ class JobSpec:
     windowed: bool = False  # its slots run only inside CRON_SOAK_WINDOW (two epoch seconds)
     params: bool = False  # takes parameters (region, n): scheduled values are its periodic task's kwargs
     tracked: bool = False  # a plain Celery task with a periodic task of its own, tracked (code PT<id>)
+    pause_after_failures: int | None = None  # the job pauses itself after so many final failures in a row
 
     @property
     def exclusive(self) -> bool:
@@ -53,7 +54,7 @@ SPECS: tuple[JobSpec, ...] = (
     JobSpec(name="soak-always-skip", code="S05", pattern="always", overlap="skip", catch_up="all", every=2,
             max_retries=1, fail_percent=15, shortest=0.5, longest=2.8),
     JobSpec(name="soak-rate-limited", code="S06", pattern="rate_limited", overlap="allow", catch_up="latest",
-            every=1, fail_percent=10, shortest=0.3, longest=1.6),
+            every=1, fail_percent=10, shortest=0.3, longest=1.6, pause_after_failures=2),
     JobSpec(name="soak-cooperative", code="S07", pattern="standard", overlap="skip", catch_up="latest", every=3,
             max_retries=1, fail_percent=15, reported=True, cooperative=True, shortest=1.0, longest=4.0),
     JobSpec(name="soak-time-limited", code="S08", pattern="standard", overlap="skip", catch_up="all", every=3,

@@ -105,6 +105,8 @@ def _declare(spec: specs.JobSpec) -> Any:
         options["concurrency_group"] = spec.group
     if spec.windowed:
         options["active_from"], options["active_until"] = window()
+    if spec.pause_after_failures:
+        options["pause_after_failures"] = spec.pause_after_failures
     return cron_task(
         name=spec.name, code=spec.code, task_name=f"tests.soak.tasks.{job.__name__}", pattern=spec.pattern,
         overlap=spec.overlap, catch_up=spec.catch_up, max_retries=spec.max_retries, retry_backoff=1,
