@@ -248,3 +248,21 @@ def test_a_job_that_pauses_itself_is_held_to_its_nth_failure_in_a_row() -> None:
     expected, optional = pause_checks.paused_alerts(spec, finals, near)
     assert expected == {(3, "PAUSED")} and optional == {(5, "PAUSED")}
     assert pause_checks.paused_alerts(specs.BY_CODE["S01"], finals, resume) == (set(), set())
+
+
+def test_a_slot_check_skip_is_taken_only_beside_another_execution_of_its_slot(tmp_path: Path) -> None:
+    """The person's run and a one-off of one instant (both without values) share a slot: the second
+    to be claimed is SKIPPED ALREADY_RUNNING or ALREADY_RAN, as the slot check says. Alone, such a skip
+    is an anomaly."""
+    one_off = row(1, "S14", 100, trigger="ONE_OFF")
+    skipped = row(2, "S14", 100, "SKIPPED", trigger="ENQUEUE", skip_reason="ALREADY_RAN", ended=101)
+    skipped.created_at = one_off.created_at + dt.timedelta(seconds=0.5)
+
+    def bad_skips(rows: list[Row]) -> list[str]:
+        result = Result()
+        for item in rows:
+            checker._row(item, result, {}, {}, 3, {r.id: r for r in rows}, rows, set(), feature_checks.Person([]))
+        return result.anomalies["BAD_SKIP"]
+
+    assert bad_skips([one_off, skipped]) == []
+    assert bad_skips([skipped]) and "no other execution of S14" in bad_skips([skipped])[0]

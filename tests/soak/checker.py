@@ -162,6 +162,18 @@ def _row(row: Row, result: Result, starts: dict[tuple[int, int], dict[str, Any]]
                         "(database error), and the reconciler recorded it LOST")
         return
     if status == "SKIPPED":
+        if row.skip_reason in ("ALREADY_RAN", "ALREADY_RUNNING"):
+            # The slot check: another execution of the job has this slot (the person's run and a one-off
+            # of one instant, both without values given), recorded before this one was decided.
+            moment = row.ended or row.created_at
+            if not any(other.id != row.id and other.job == row.job and other.slot == row.slot
+                       and other.created_at <= moment for other in rows):
+                result.flag("BAD_SKIP", row, f"SKIPPED {row.skip_reason} although no other execution of "
+                            f"{row.job} has its slot {row.slot:%H:%M:%S}")
+            else:
+                result.notes["runs skipped by the slot check beside another execution of their slot "
+                             "(the person's run and one-off of one instant)"] += 1
+            return
         if row.skip_reason not in ("OVERLAP", "LOCK_UNAVAILABLE"):
             result.flag("BAD_SKIP", row, f"SKIPPED {row.skip_reason}")
             return
