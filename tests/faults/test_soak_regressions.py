@@ -7,6 +7,7 @@ import datetime as dt
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -15,6 +16,7 @@ from django.db import connection
 
 from cron_celery.models import Alert, CronExecution, CronJob, Status
 from tests.conftest import ROOT, Queue, db_now, manage, subprocess_env, wait_for
+from tests.workers import Worker
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -119,3 +121,29 @@ def _waiting_on_a_lock() -> bool:
                        " AND wait_event_type = 'Lock'")
         row = cursor.fetchone()
     return bool(row and row[0] >= 1)
+
+
+def test_a_run_of_a_slot_whose_message_could_not_be_sent_does_not_use_the_slot_up(tmp_path: Path,
+                                                                                  marker: Path) -> None:
+    """A person sends a slot of a standard job twice (``run_cron_task --enqueue``, real processes); the
+    second send meets a broker that is down, so its execution is closed FAILED (PUBLISH_FAILED) and
+    never runs. The first message then reaches a worker: the slot never ran, so it runs. (Before: the
+    slot check counted the unsent run as the slot's failed run, and the delivered one was SKIPPED
+    ALREADY_RAN — a slot asked for twice, run never; the soak found it, seed 3.)"""
+    slot = "2026-11-20T01:00Z"
+    first = manage("run_cron_task", "nightly-report", "--at", slot, "--enqueue")
+    assert first.returncode == 0, first.stdout + first.stderr
+    refused = manage("run_cron_task", "nightly-report", "--at", slot, "--enqueue",
+                     env=subprocess_env(CRON_TEST_BROKER_URL="redis://127.0.0.1:1/0"))
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    sent, unsent = CronExecution.objects.filter(task_code="T107").order_by("id")
+    assert (unsent.status, unsent.error_code, unsent.started) == (Status.FAILED, "PUBLISH_FAILED", None)
+    worker = Worker(tmp_path, {"CRON_TEST_MARKER": str(marker)}).start()
+    try:
+        wait_for(lambda: CronExecution.objects.get(id=sent.id).completed, timeout=60,
+                 what="the delivered run to be decided")
+    finally:
+        worker.stop()
+    decided = CronExecution.objects.get(id=sent.id)
+    assert (decided.status, decided.skip_reason) == (Status.SUCCEEDED, ""), (
+        f"{decided.status} {decided.skip_reason}: {decided.message!r}")
