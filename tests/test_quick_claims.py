@@ -81,7 +81,8 @@ def _other_runs(job_id: int, status: str, *, slot: dt.datetime = SLOT, live: boo
     return CronExecution.objects.create(
         job_id=job_id, task_code="X", task_name="x", slot=slot, execution_date=slot.date(), run_number=9,
         status=status, trigger=Trigger.BEAT, params_given=params_given, fence=1 if status == Status.RUNNING else None,
-        lease_until=dt.datetime.now(dt.UTC) + dt.timedelta(hours=1 if live else -1))
+        lease_until=dt.datetime.now(dt.UTC) + dt.timedelta(hours=1 if live else -1),
+        started=None if status in (Status.PENDING, Status.RETRYING) else dt.datetime.now(dt.UTC))  # it ran
 
 
 @pytest.mark.django_db(transaction=True)

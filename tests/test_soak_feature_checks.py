@@ -266,3 +266,8 @@ def test_a_slot_check_skip_is_taken_only_beside_another_execution_of_its_slot(tm
 
     assert bad_skips([one_off, skipped]) == []
     assert bad_skips([skipped]) and "no other execution of S14" in bad_skips([skipped])[0]
+    # A twin whose message could not be sent never ran: it uses nothing up (the soak's seed 3).
+    unsent = row(3, "S14", 100, "FAILED", trigger="ENQUEUE", ended=100.6)
+    unsent.created_at = one_off.created_at + dt.timedelta(seconds=0.3)
+    unsent.error_code, unsent.started = "PUBLISH_FAILED", None
+    assert bad_skips([unsent, skipped]) and "no other execution of S14" in bad_skips([unsent, skipped])[0]

@@ -25,12 +25,15 @@ def read(cursor: Any, job_id: int, slot: dt.datetime, me: int) -> dict[str, Any]
 
     The slot's own state (the first four) leaves out runs with parameters a person gave
     (``params_given``): such a run is its own execution, never the slot's regular run, so it
-    neither uses the slot up nor keeps it busy. The job's live runs (overlap, limits) count it."""
+    neither uses the slot up nor keeps it busy. The job's live runs (overlap, limits) count it.
+    A failed execution counts only if it started: one whose message could not be sent
+    (``PUBLISH_FAILED``), never arrived (``LOST`` ``NOT_DELIVERED``) or that was revoked before it
+    started never ran, and leaves the slot to be run."""
     cursor.execute(
         f"""
         SELECT
           bool_or(id <> %(me)s AND slot = %(slot)s AND NOT params_given AND status = 'SUCCEEDED'),
-          bool_or(id <> %(me)s AND slot = %(slot)s AND NOT params_given
+          bool_or(id <> %(me)s AND slot = %(slot)s AND NOT params_given AND started IS NOT NULL
                   AND status IN ('FAILED', 'TIMED_OUT', 'LOST', 'REVOKED')),
           bool_or(id <> %(me)s AND slot = %(slot)s AND NOT params_given AND (status IN ('PENDING', 'RETRYING')
                   OR (status = 'RUNNING' AND lease_until > now()))),
