@@ -166,10 +166,10 @@ def _row(row: Row, result: Result, starts: dict[tuple[int, int], dict[str, Any]]
             # The slot check: another execution of the job has this slot (the person's run and a one-off
             # of one instant, both without values given), recorded before this one was decided, and it
             # ran or was on its way then (one that ended without starting, unsent or undelivered, never ran).
-            moment = row.ended or row.created_at
+            decided = row.ended or row.created_at
             if not any(other.id != row.id and other.job == row.job and other.slot == row.slot
-                       and other.created_at <= moment
-                       and not (other.started is None and other.ended is not None and other.ended <= moment)
+                       and other.created_at <= decided
+                       and not (other.started is None and other.ended is not None and other.ended <= decided)
                        for other in rows):
                 result.flag("BAD_SKIP", row, f"SKIPPED {row.skip_reason} although no other execution of "
                             f"{row.job} has its slot {row.slot:%H:%M:%S}")
