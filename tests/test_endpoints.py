@@ -211,6 +211,9 @@ def test_status_summarises_every_job_and_lists_executions_most_recent_first(clie
         body = client.get("/cron/status/", headers=BEARER).json()
     assert [job["name"] for job in body["jobs"]] == sorted([first.name, second.name])
     summary = next(job for job in body["jobs"] if job["name"] == first.name)
+    since = CronJob.objects.get(id=first_id).paused_at  # dated by the database when the pause began
+    assert since is not None and summary.pop("pause") == {"note": None, "by": None, "since": since.isoformat(),
+                                                          "until": None}
     assert summary == {
         "name": first.name, "code": first.code, "schedule": "0 2 * * *", "timezone": "Europe/Amsterdam",
         "paused": True, "next_slot": "2026-11-30T00:00:00+00:00", "last_status": "FAILED",
