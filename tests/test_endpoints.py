@@ -520,8 +520,8 @@ def test_a_module_of_ours_that_fails_to_import_is_not_reported_as_a_missing_extr
 
 def test_metrics_say_when_a_beat_is_needed_and_a_late_one_off_makes_its_job_overdue_as_health_does(client):
     """cron_beat_needed gates the rules' beat alerts: 0 while every job is paused or has no next
-    slot (a maintenance stop of the beats pages nobody), 1 once an unpaused job has a slot or a
-    one-off run waits to be sent. A late one-off makes its job overdue, as on /cron/health/."""
+    slot (a maintenance stop of the beats pages nobody), 1 once an unpaused job has a slot, a
+    one-off run waits to be sent or a pause has an end. A late one-off makes its job overdue, as on /cron/health/."""
     _, scheduled_id = make_job()
     once, once_id = make_job()
     sql(f"UPDATE {JOB} SET next_run_at = now() + interval '1 hour', paused = true WHERE id = %s", [scheduled_id])
@@ -542,6 +542,11 @@ def test_metrics_say_when_a_beat_is_needed_and_a_late_one_off_makes_its_job_over
     assert {item["job"] for item in health.check().overdue} == overdue
 
     sql(f"DELETE FROM {EXE} WHERE id = %s", [recorded.execution_id])  # sent and gone, for this test
+    samples, _, _ = scrape(client)
+    assert samples["cron_beat_needed", ()] == 0
+    sql(f"UPDATE {JOB} SET paused_until = now() + interval '1 hour' WHERE id = %s", [scheduled_id])
+    samples, _, _ = scrape(client)
+    assert samples["cron_beat_needed", ()] == 1  # a pause that ends: the job has slots again then
     sql(f"UPDATE {JOB} SET paused = false WHERE id = %s", [scheduled_id])
     samples, _, _ = scrape(client)
     assert samples["cron_beat_needed", ()] == 1  # an unpaused job with a next slot

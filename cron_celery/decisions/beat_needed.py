@@ -11,9 +11,11 @@ A beat is needed while any of these holds:
   ``schedule_problem``), has an edit no beat has taken in yet (``schedule_version`` ahead of
   ``schedule_seen``): a window moved later, a job enabled again, a fixed schedule, a new schedule
   or a new job reach the job's row, and so its ``due_at``, only through a beat;
-- a one-off run waits to be sent.
+- a one-off run waits to be sent;
+- a pause has an end (``paused_until``): the job has slots again then, which only a beat sends.
 
-Each is one probe of an index: ``due_at``'s, the partial index of edited jobs, the one-offs' own.
+Each is one probe of an index: ``due_at``'s, the partial index of edited jobs, the one-offs' own,
+the pause ends'.
 """
 
 from __future__ import annotations
@@ -29,4 +31,5 @@ SQL = f"""(
     OR (SELECT id FROM {JOB} WHERE schedule_version <> schedule_seen AND (NOT paused OR schedule_problem <> '')
         ORDER BY id LIMIT 1) IS NOT NULL
     OR {oneoffs.earliest()} IS NOT NULL
+    OR (SELECT id FROM {JOB} WHERE paused_until IS NOT NULL ORDER BY paused_until LIMIT 1) IS NOT NULL
 )"""
