@@ -24,7 +24,10 @@ round (``check_round``) and once everything is delivered, ended and reconciled (
 - **timing alerts**: ``LATE`` and ``LONG_RUNNING`` at most once per execution, and a marked run has
   its alert;
 - **the broker away**: a reconciler pass that cannot reach the broker closes no run that waits to
-  start (it cannot know that its message was lost).
+  start (it cannot know that its message was lost);
+- **pauses**: a pause whose end has passed is over once a beat round or a reconciler pass has run
+  (``check_pause_ends``); a job that paused itself (``par``: ``pause_after_failures=2``) had that many
+  final failures in a row, the newest ending when it paused, and no success between them.
 """
 
 from __future__ import annotations
@@ -155,6 +158,26 @@ def check_stream(world: fh.World, known: Known, rows: list[fh.Row]) -> None:
         if job.jitter:
             missing = [slot for slot in missing if slot < known.now - fh.HOUR + dt.timedelta(seconds=1)]
         assert not missing, f"{key}: slots up to {known.now} the beat never recorded: {missing}"
+
+
+def check_pause_ends() -> None:
+    """After a beat round or a reconciler pass, no pause whose end passed is left (nothing holds a job's
+    row across the rules that run them)."""
+    left = fh.pauses_left_behind()
+    assert not left, f"pauses whose end passed, still in effect after a round or a pass: {left}"
+
+
+def check_self_pauses(world: fh.World, known: Known) -> None:
+    """A job paused by its own failures: ``pause_after_failures`` final failures in a row up to its pause.
+    A job that did is disturbed (its stream has a gap)."""
+    for job_id, paused_at in fh.self_paused().items():
+        key = world.key_of_id(job_id)
+        known.disturbed.add(key)
+        limit = world.declared[key].pause_after_failures
+        assert limit is not None, f"{key} paused itself without pause_after_failures"
+        newest = fh.outcomes_before(job_id, paused_at, limit)
+        assert len(newest) == limit and "SUCCEEDED" not in newest, (
+            f"{key} paused itself at {paused_at} after {newest} (its newest final outcomes then)")
 
 
 def check_broker_pass(before: list[fh.Row], after: list[fh.Row]) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as dt
+import time
 from collections.abc import Iterator
 from typing import Any
 from unittest import mock
@@ -32,7 +33,7 @@ from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
 from cron_celery import TrackedTask, models
 from cron_celery.beat import Scheduler, schedule_sync
-from cron_celery.decisions import audit
+from cron_celery.decisions import audit, leadership, pauses
 from cron_celery.decisions import dispatch as cron_dispatch
 from cron_celery.decisions import jobs as cron_jobs
 from cron_celery.declaring import params, registry
@@ -70,7 +71,8 @@ FEATURES: dict[str, dict[str, Any]] = {
                retry_on_failure=True, concurrency_group=GROUP),
     "g2": dict(pattern="always", overlap="allow", schedule=every(hours=1), catch_up="latest",
                concurrency_group=GROUP, max_concurrency=1),
-    "par": dict(pattern="standard", overlap="skip", schedule=every(hours=1), catch_up="none"),
+    # It pauses itself at its second final failure in a row (pause_after_failures).
+    "par": dict(pattern="standard", overlap="skip", schedule=every(hours=1), catch_up="none", pause_after_failures=2),
     "jit": dict(pattern="always", overlap="skip", schedule=every(hours=1), catch_up="all", jitter=600),
 }
 
@@ -296,6 +298,43 @@ def job_rows() -> dict[int, JobRow]:
         cursor.execute(f"SELECT id, paused, removed_at IS NOT NULL, active_from, active_until, next_run_at,"
                        f" schedule_problem FROM {h.JOB}")
         return {int(values[0]): JobRow(*values) for values in cursor.fetchall()}
+
+
+def pause_with_an_end(job_id: int) -> bool:
+    """The admin's Pause… with an end a moment ahead of the database's clock (the task disabled, the end
+    said, one transaction), then that moment waited out: the end has passed. False: no periodic task."""
+    task = periodic_task(job_id)
+    if task is None:
+        return False
+    with transaction.atomic():
+        task.enabled = False
+        task.save()
+        pauses.say(job_id, note="model", until=leadership.database_now() + dt.timedelta(milliseconds=50), by="model")
+    time.sleep(0.1)
+    return True
+
+
+def pauses_left_behind() -> list[tuple[int, bool, dt.datetime]]:
+    """(job id, paused, end) of each job whose pause end has passed by the database's clock."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT id, paused, paused_until FROM {h.JOB} WHERE paused_until <= now()")
+        return [(int(a), bool(b), c) for a, b, c in cursor.fetchall()]
+
+
+def self_paused() -> dict[int, dt.datetime]:
+    """Job id -> ``paused_at`` of each job paused by its own failures (``pause_after_failures``)."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT id, paused_at FROM {h.JOB} WHERE paused AND paused_by = %s", [pauses.BY_FAILURES])
+        return {int(a): b for a, b in cursor.fetchall()}
+
+
+def outcomes_before(job_id: int, moment: dt.datetime, count: int) -> list[str]:
+    """The statuses of the job's ``count`` newest final outcomes of runs that started, ended by ``moment``."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT status FROM {h.EXE} WHERE job_id = %s AND started IS NOT NULL AND ended <= %s"
+                       " AND status IN ('SUCCEEDED', 'FAILED', 'TIMED_OUT', 'LOST') ORDER BY ended DESC, id DESC"
+                       " LIMIT %s", [job_id, moment, count])
+        return [str(row[0]) for row in cursor.fetchall()]
 
 
 def alerts() -> list[tuple[int, int | None, str]]:

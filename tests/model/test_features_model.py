@@ -120,6 +120,7 @@ class Features(h.Machine):
                 h.in_thread(self.beats[0].dispatch_due)
         STATS["beat round"] += 1
         f.check_round(self.world, self.known, before)
+        f.check_pause_ends()
 
     def _live_keys(self) -> list[str]:
         return [key for key in fh.FEATURES if key not in self.removed]
@@ -263,6 +264,15 @@ class Features(h.Machine):
     def reconcile(self) -> None:
         h.in_thread(h.reconcile)
         STATS["reconcile"] += 1
+        f.check_pause_ends()
+
+    @rule(key=SCHEDULED)
+    def pause_with_an_end(self, key: str) -> None:
+        """The admin's Pause… with an end that has passed by the next rule: the next beat round or
+        reconciler pass ends it."""
+        if h.in_thread(functools.partial(fh.pause_with_an_end, self.world.ids[key])):
+            self.known.disturbed.add(key)
+            STATS["pause with an end"] += 1
 
     @rule()
     def reconcile_without_broker(self) -> None:
@@ -278,6 +288,7 @@ class Features(h.Machine):
     def features_keep_their_promises(self) -> None:
         if self.ready:
             rows = f.check(self.world, self.known)
+            f.check_self_pauses(self.world, self.known)
             f.check_stream(self.world, self.known, rows)
             STATS["steps"] += 1
 
