@@ -271,3 +271,27 @@ def test_a_slot_check_skip_is_taken_only_beside_another_execution_of_its_slot(tm
     unsent.created_at = one_off.created_at + dt.timedelta(seconds=0.3)
     unsent.error_code, unsent.started = "PUBLISH_FAILED", None
     assert bad_skips([unsent, skipped]) and "no other execution of S14" in bad_skips([unsent, skipped])[0]
+
+
+def test_a_missed_slot_whose_outage_alert_came_a_moment_later_is_judged_at_every_view_it_may_have_had() -> None:
+    """The hour-long soak (seed 2027): the reconciler recorded PT1's 19:59:48 MISSED at .1006 s; the
+    beat's MISSED 19:59:52 and its alert committed at .1366 s, before the reconciler's alert check ran,
+    and 19:59:54 started at .469 s. Seen at any instant between .1366 and .469 the outage had alerted:
+    no alert is right. With that alert seconds later, the outage alerted nobody."""
+    def stamp(seconds: float) -> dt.datetime:
+        return T0 + dt.timedelta(seconds=seconds)
+
+    def judged(alert_at: float) -> dict[str, list[str]]:
+        lone = row(1, "PT1", 48, "MISSED", ended=54.1006)
+        ran = row(2, "PT1", 50, started=52.16, ended=52.48)
+        beat = row(3, "PT1", 52, "MISSED", ended=54.0928)
+        newer = row(4, "PT1", 54, started=54.469, ended=54.66)
+        for missed in (lone, beat):
+            missed.started = None
+        result = Result()
+        checker._missed_alerts("PT1", [lone, ran, beat, newer], [(9, 3, "PT1", "MISSED", "SENT", stamp(alert_at))],
+                               result)
+        return {kind: found for kind, found in result.anomalies.items() if found}
+
+    assert judged(54.1366) == {}
+    assert "ALERT_MISSING" in judged(58.0)

@@ -371,9 +371,15 @@ def _missed_alerts(code: str, job_rows: list[Row], missed_alerts: list[tuple[Any
     for row in job_rows:
         if row.status == "MISSED":
             groups[recorded(row)].append(row)
+    events = sorted([at for at, _ in starts] + list(alerted_at.values()))
     for moment, group in sorted(groups.items()):
         others = {row.id for row in group}
-        allowed = {alerts(moment + shift, others) for shift in (-slack, 0.0, slack)}
+        # The product decides at some instant within the slack of the recorded moment: every instant
+        # just after a start or an alert inside it is a view it may have had (the start of a newer slot
+        # and another slot's alert may fall either side of it, independently).
+        views = [moment - slack, moment, moment + slack,
+                 *(at + 1e-6 for at in events if moment - slack <= at <= moment + slack)]
+        allowed = {alerts(view, others) for view in views}
         sent = [row for row in group if row.id in alerted_at]
         slots = ", ".join(f"{row.slot:%H:%M:%S}" for row in group)
         if len(sent) > 1 or (sent and allowed == {False}):
