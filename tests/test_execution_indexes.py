@@ -92,8 +92,8 @@ def test_the_initial_migration_runs_forward_and_back_to_the_same_schema(own_data
     migrate()
     made = catalog()
     assert set(_indexes_of(made)) == set(KEPT) | PARTIAL
-    assert len([row for row in made if row[0].startswith("function cron_celery_")]) == 26
-    assert len([row for row in made if row[0].startswith("trigger cron_celery_")]) == 14
+    assert len([row for row in made if row[0].startswith("function cron_celery_")]) == 27
+    assert len([row for row in made if row[0].startswith("trigger cron_celery_")]) == 15
     migrate("cron_celery", "zero")
     assert [row[0] for row in catalog() if "cron_celery" in " ".join(map(str, row))] == []
     migrate()

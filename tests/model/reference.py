@@ -198,7 +198,7 @@ class Model:
     def claimed(self, exe: Exe, fence: int, *, slot_read: bool = True) -> None:
         """The claim ran: RUNNING with a new fence; a takeover counts as another attempt.
 
-        As ``claims._supersede``: a claim of a job with a limit supersedes every other RUNNING
+        As ``supersede.stale_runs``: a claim of a job with a limit supersedes every other RUNNING
         execution of the job whose lease expired (and whose fence is smaller); a claim of a
         slot-checked job that read its slot (``slot_read``: not a new forced or re-run one), those of
         its slot. That one takes this claim's fence, so its late heartbeat and finish are refused; it
