@@ -149,13 +149,11 @@ class Protocol(h.Machine):
         elif actual.kind == SKIP:
             assert exe is not None
             model.skipped(exe, actual.reason)
-            if (actual.reason == "PAUSED" and execution_id is not None) or actual.reason in ("OVERLAP", "CONCURRENCY"):
-                model.next_waiting(exe.job)  # the oldest that may go is sent, when the job has room for it
+            if actual.reason == "PAUSED" and execution_id is not None:
+                model.next_waiting(exe.job)
         elif actual.kind == WAITING:
             assert exe is not None
             model.mark_waiting(exe)
-            if actual.reason in ("OVERLAP", "CONCURRENCY"):
-                model.next_waiting(exe.job)  # behind older waiting runs, with room: the oldest is sent
         elif actual.kind == GIVE_UP:
             assert exe is not None
             status = model.give_up(exe)
