@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 import redis
 from django.db import InterfaceError, OperationalError, connection
@@ -229,3 +230,12 @@ def declare() -> Iterator[object]:
     yield make
     for name in names:
         registry.unregister(name)
+
+
+def lock_job_row(code: str) -> psycopg.Connection[Any]:
+    """A connection of the test's own that holds the job's row (as a long transaction or a claim would)."""
+    settings = connection.settings_dict
+    holder = psycopg.connect(dbname=settings["NAME"], user=settings["USER"], host=settings["HOST"],
+                             port=settings["PORT"], password=settings["PASSWORD"] or None)
+    holder.execute("SELECT id FROM cron_celery_cronjob WHERE code = %s FOR UPDATE", [code])
+    return holder

@@ -8,13 +8,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 from django.db import connection, transaction
 
 from cron_celery.models import CronExecution, CronJob, Status, Trigger
 from cron_celery.run import runs
-from tests.conftest import make_job, marked, wait_for
+from tests.conftest import lock_job_row, make_job, marked, wait_for
 from tests.faults import test_retries
 from tests.faults.test_retries import SLOT, attempt_log, enqueue, settled
 from tests.jobsapp import jobs_results as jobs
@@ -149,14 +148,6 @@ def test_in_a_callers_transaction_a_refused_outcome_leaves_the_transaction_usabl
     assert CronExecution.objects.get(id=outcome.execution_id).status == Status.FAILED
 
 
-def _lock_job_row(code: str) -> psycopg.Connection[Any]:
-    """A connection of the test's own that holds the job's row (as a long transaction would)."""
-    settings = connection.settings_dict
-    holder = psycopg.connect(dbname=settings["NAME"], user=settings["USER"], host=settings["HOST"],
-                             port=settings["PORT"], password=settings["PASSWORD"] or None)
-    holder.execute("SELECT id FROM cron_celery_cronjob WHERE code = %s FOR UPDATE", [code])
-    return holder
-
 
 def _soft_limit_during_the_write(started: Any, broker: Any, marker: Path, task: Any, code: str,
                                  label: str) -> tuple[Any, int]:
@@ -165,7 +156,7 @@ def _soft_limit_during_the_write(started: Any, broker: Any, marker: Path, task: 
     worker = started()
     execution_id = enqueue(task, broker)
     wait_for(lambda: bool(bodies(marker, f"{label}-started")), what="the body to start")
-    holder = _lock_job_row(code)
+    holder = lock_job_row(code)
     try:
         (marker.parent / "row-locked").touch()
         wait_for(lambda: bool(bodies(marker, f"{label}-body-done")), what="the body to end")

@@ -8,15 +8,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
-import psycopg
 import pytest
 from django.db import connection
 
 from cron_celery.models import Alert, CronExecution, CronJob, Status
 from cron_celery.run import backfill
-from tests.conftest import ROOT, Queue, db_now, manage, subprocess_env, wait_for
+from tests.conftest import ROOT, Queue, db_now, lock_job_row, manage, subprocess_env, wait_for
 from tests.jobsapp import jobs_buffer
 from tests.workers import Worker
 
@@ -83,7 +81,7 @@ def test_a_stranded_execution_that_starts_waiting_while_the_reconciler_decides_i
         job=job, task_code=job.code, task_name=job.name, slot=now - dt.timedelta(seconds=30),
         execution_date=now.date(), run_number=1, status=Status.PENDING, trigger="CATCH_UP", republished=3,
         celery_task_id="6f1d4b1e-0000-4000-8000-000000000001", lease_until=now - dt.timedelta(seconds=20))
-    holder = _lock_job_row(job.code)
+    holder = lock_job_row(job.code)
     try:
         reconciler = subprocess.Popen(
             [sys.executable, "-m", "django", "reconcile_cron"], cwd=ROOT, stdout=subprocess.PIPE,
@@ -107,14 +105,6 @@ def test_a_stranded_execution_that_starts_waiting_while_the_reconciler_decides_i
         "and it waits for the job's live run")
     assert execution.waiting_since is not None
 
-
-def _lock_job_row(code: str) -> psycopg.Connection[Any]:
-    """A connection of the test's own that holds the job's row (as a claim does)."""
-    settings = connection.settings_dict
-    holder = psycopg.connect(dbname=settings["NAME"], user=settings["USER"], host=settings["HOST"],
-                             port=settings["PORT"], password=settings["PASSWORD"] or None)
-    holder.execute("SELECT id FROM cron_celery_cronjob WHERE code = %s FOR UPDATE", [code])
-    return holder
 
 
 def _waiting_on_a_lock() -> bool:
