@@ -42,8 +42,9 @@ OPEN = ("PENDING", "RUNNING", "RETRYING")
 EXCLUSIVE = ("up1", "up2", "down", "tail", "par", "jit")
 SLOT_CHECKED = ("up1", "down", "par")
 BEAT_TRIGGERS = ("BEAT", "CATCH_UP")
-#: The runs the schedule makes: the beat's slots, one-off runs, downstream runs.
-SCHEDULED = ("BEAT", "CATCH_UP", "ONE_OFF", "UPSTREAM")
+#: The runs the schedule makes: the beat's slots and one-off runs (a downstream run is judged by the run its
+#: chain started from: a slot somebody ran by hand waits for the other upstreams' runs of it, by hand too).
+SCHEDULED = ("BEAT", "CATCH_UP", "ONE_OFF")
 
 
 @dataclasses.dataclass
@@ -195,6 +196,7 @@ def check_drained(world: fh.World, known: Known, rows: list[fh.Row]) -> None:
                   if row.status in OPEN]
     assert not still_open, f"open after everything was delivered and reconciled: {still_open}"
     mine = _by_job(world, rows)
+    by_id = {row.id: row for row in rows}
     for down, ups in fh.UPSTREAMS.items():
         if down in known.ever_removed:
             continue
@@ -204,11 +206,18 @@ def check_drained(world: fh.World, known: Known, rows: list[fh.Row]) -> None:
                 continue
             for row in mine[up]:
                 # A slot the schedule made (a run somebody asked for may wait for the others' runs of it).
-                if (row.status == "SUCCEEDED" and not row.params_given and row.trigger in SCHEDULED
+                if (row.status == "SUCCEEDED" and not row.params_given and root_trigger(row, by_id) in SCHEDULED
                         and row.slot < known.now - fh.HOUR):
                     assert row.slot in decided_below, (
                         f"{up} succeeded in slot {row.slot} (execution {row.id}, {row.trigger}) and {down} has no"
                         f" decision for it: {describe(world, rows, row.slot)}")
+
+
+def root_trigger(row: fh.Row, by_id: dict[int, fh.Row]) -> str:
+    """The trigger of the run a downstream run's chain started from (``UPSTREAM`` rows up to the top)."""
+    while row.trigger == "UPSTREAM" and row.upstream_execution_id in by_id:
+        row = by_id[row.upstream_execution_id]
+    return row.trigger
 
 
 def describe(world: fh.World, rows: list[fh.Row], slot: dt.datetime) -> str:

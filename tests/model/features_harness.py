@@ -272,6 +272,7 @@ class Row(h.Row):
     params_given: bool
     late_alerted: bool
     long_alerted: bool
+    upstream_execution_id: int | None
 
     @property
     def claims(self) -> tuple[int, ...]:
@@ -279,7 +280,8 @@ class Row(h.Row):
 
 
 def rows() -> list[Row]:
-    return [Row(*values) for values in h.read_rows(h.ROW_COLUMNS + ", params_given, late_alerted, long_alerted")]
+    extra = ", params_given, late_alerted, long_alerted, upstream_execution_id"
+    return [Row(*values) for values in h.read_rows(h.ROW_COLUMNS + extra)]
 
 
 @dataclasses.dataclass(frozen=True)
