@@ -3,8 +3,9 @@ stop the leading beat half-way so the standby takes over.
 
     manage.py demo_watch --seconds 60 --beat beat-1=PID --beat beat-2=PID --worker-pid PID
 
-Fails (exit status 1) if the worker or a beat dies on its own, or if no standby takes
-over within the leader lease after the leader was stopped.
+Fails (exit status 1) if the worker or a beat dies on its own, if no beat leads within the
+leader lease of the time to stop it, or if no standby takes over within the leader lease after
+the leader was stopped; a failure says what each beat and its database sessions were doing.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections import Counter
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import connection
 
 from cron_celery import conf
 from cron_celery.models import Alert, BeatHeartbeat, CronExecution
@@ -74,21 +76,43 @@ class Command(BaseCommand):
         return None
 
     def hand_over(self) -> None:
-        label = self.leader()
-        if label is None:
-            raise CommandError("no beat says it leads")
+        # On a busy machine the beats may still be starting: give them the lease's time to lead.
+        label = self.wait_for_leader("no beat says it leads")
         pid = next(pid for pid, name in self.beats.items() if name == label)
         self.stdout.write(f"  stopping the leading beat, {label} (pid {pid}), with SIGTERM")
         os.kill(pid, signal.SIGTERM)
         self.stopped.add(pid)
         began = time.monotonic()
         # The leader releases its lease as it stops; a killed one would keep it until it expires.
-        deadline = began + conf.settings.BEAT_LEASE_SECONDS + 10
-        while (successor := self.leader()) is None:
-            if time.monotonic() > deadline:
-                raise CommandError("no standby beat took over")
-            time.sleep(0.1)
+        successor = self.wait_for_leader("no standby beat took over")
         self.stdout.write(f"  {successor} took over {time.monotonic() - began:.1f} s later")
+
+    def wait_for_leader(self, failure: str) -> str:
+        deadline = time.monotonic() + conf.settings.BEAT_LEASE_SECONDS + 10
+        while (label := self.leader()) is None:
+            if time.monotonic() > deadline:
+                raise CommandError(f"{failure}\n{self.diagnosis()}")
+            time.sleep(0.1)
+        return label
+
+    def diagnosis(self) -> str:
+        """What each beat process is doing (its state and where the kernel has it wait) and what every
+        other session of this database is doing: what a failure to lead needs to be understood."""
+        lines = []
+        for pid, label in self.beats.items():
+            try:
+                with open(f"/proc/{pid}/stat") as stat, open(f"/proc/{pid}/wchan") as wchan:
+                    state = stat.read().rpartition(")")[2].split()[0]
+                    lines.append(f"  {label} (pid {pid}): state {state}, waiting in {wchan.read() or '-'}")
+            except OSError as error:
+                lines.append(f"  {label} (pid {pid}): {error.strerror}")
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pid, application_name, state, wait_event_type, wait_event, now() - xact_start,"
+                           " left(query, 200) FROM pg_stat_activity WHERE datname = current_database()"
+                           " AND pid <> pg_backend_pid() ORDER BY pid")
+            lines += [f"  session {row[0]} {row[1]!r}: {row[2]}, waits {row[3]}/{row[4]}, in a transaction for"
+                      f" {row[5]}: {row[6]}" for row in cursor.fetchall()]
+        return "\n".join(lines)
 
     def report(self, elapsed: float) -> None:
         statuses = Counter(CronExecution.objects.values_list("status", flat=True))
