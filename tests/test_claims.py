@@ -81,6 +81,12 @@ NOTHING = {"succeeded": False, "failed": False, "live": False, "stale": False, "
         ("always", "allow", {"group_full": 2}, {"force": True}, SkipReason.CONCURRENCY),
         ("always", "allow", {"group_full": None, "live_count": 1, "concurrent": 2}, {}, ""),
         ("standard", "skip", {"group_full": 2, "job_live": True}, {}, SkipReason.OVERLAP),
+        # Older runs wait for the job's room: they go first (oldest first), forced or not.
+        ("always", "skip", {"ahead": 1}, {}, SkipReason.OVERLAP),
+        ("always", "skip", {"ahead": 1}, {"force": True}, SkipReason.OVERLAP),
+        ("always", "allow", {"ahead": 1, "live_count": 1, "concurrent": 2}, {}, SkipReason.CONCURRENCY),
+        ("always", "allow", {"ahead": 1, "live_count": 0, "concurrent": 2}, {}, ""),
+        ("always", "allow", {"ahead": 3}, {}, ""),  # no limit: nothing waits for room
     ],
 )
 def test_decision_table(pattern, overlap, state, flags, expected):

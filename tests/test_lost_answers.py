@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from django.db import OperationalError, connection, connections
 
-from cron_celery.decisions import claims, dispatch, executions, heartbeats
+from cron_celery.decisions import claims, dispatch, executions, heartbeats, supersede
 from cron_celery.models import CronExecution, Status, Trigger
 from cron_celery.run import runs
 from tests.conftest import expire_lease, make_job
@@ -69,7 +69,7 @@ def test_a_heartbeat_renewing_a_stale_run_while_the_next_run_is_claimed_leaves_o
                          lease_seconds=60)
     assert first.claimed and first.execution_id is not None and first.fence is not None
     expire_lease(first.execution_id)  # its worker froze: the lease runs out
-    real = claims._supersede
+    real = supersede.stale_runs
     renewed: list[Any] = []
     stale_id, stale_fence = first.execution_id, first.fence
 
@@ -77,7 +77,7 @@ def test_a_heartbeat_renewing_a_stale_run_while_the_next_run_is_claimed_leaves_o
         renewed.append(_in_thread(lambda: heartbeats.heartbeat(stale_id, stale_fence, 60)))
         real(cursor, job_, job_id_, state, fence)
 
-    monkeypatch.setattr(claims, "_supersede", racing)
+    monkeypatch.setattr(supersede, "stale_runs", racing)
     later = SLOT + dt.timedelta(hours=1)
     second = claims.begin(job=job, job_id=job_id, slot=later, execution_date=later.date(), trigger=Trigger.MANUAL,
                           lease_seconds=60)

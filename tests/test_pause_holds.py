@@ -157,11 +157,11 @@ def test_resuming_a_job_without_a_limit_sends_every_held_run(queue):
 
 def test_cancelling_runs_not_started_in_the_history_ends_held_ones_and_leaves_started_ones(admin_client):
     job, job_id = make_job(overlap="skip")
+    ran = begin(job, job_id, slot=LATER)  # started before (a run that starts now waits behind the held one)
     paused(job_id)
     held_id = pending(job, job_id)
     begin(job, job_id, execution_id=held_id, trigger=Trigger.BACKFILL)
     paused(job_id, False)
-    ran = begin(job, job_id, slot=LATER)
     done = admin_client.post(HISTORY, {"action": "cancel_not_started",
                                        "_selected_action": [held_id, ran.execution_id]}, follow=True)
     assert "1 run(s) cancelled; 1 left as they are" in done.content.decode()
@@ -182,3 +182,30 @@ def test_the_forced_last_slot_of_a_one_off_task_waits_for_a_live_run_instead_of_
     assert (claim.outcome, claim.blocker) == (claims.WAITING, live.execution_id)
     assert claims.waits_its_turn(job, {"own_trigger": enums.Trigger.BEAT, "own_force": True})
     assert not claims.waits_its_turn(job, {"own_trigger": enums.Trigger.BEAT, "own_force": False})
+
+
+def test_runs_that_find_their_job_free_wait_or_skip_behind_older_runs_that_wait_for_it():
+    """Oldest first: with an older run of the exclusive job waiting for its room (a catch-up slot whose
+    live run ended), a newer catch-up slot that finds the job free waits behind it, a regular beat slot
+    is skipped (OVERLAP, saying why), and the older one, when its own message comes, runs. A held run of
+    a paused job does not keep a forced run back."""
+    job, job_id = make_job(overlap="skip")
+    older = pending(job, job_id, trigger=Trigger.CATCH_UP)
+    live = begin(job, job_id, slot=SLOT - dt.timedelta(hours=1))
+    assert begin(job, job_id, execution_id=older, trigger=Trigger.CATCH_UP).outcome == claims.WAITING
+    finishes.finish(job_id=job_id, execution_id=live.execution_id, fence=live.fence, status=Status.SUCCEEDED)
+    newer = pending(job, job_id, slot=LATER, trigger=Trigger.CATCH_UP)
+    claim = begin(job, job_id, slot=LATER, execution_id=newer, trigger=Trigger.CATCH_UP)
+    assert (claim.outcome, claim.behind) == (claims.WAITING, True)
+    assert row(newer).message.startswith("Waiting: 1 older run(s) of this job wait to run first")
+    regular = pending(job, job_id, slot=LATER + dt.timedelta(hours=1), trigger=Trigger.BEAT)
+    skipped = begin(job, job_id, slot=LATER + dt.timedelta(hours=1), execution_id=regular, trigger=Trigger.BEAT)
+    assert (skipped.outcome, skipped.skip_reason, skipped.behind) == (Status.SKIPPED, SkipReason.OVERLAP, True)
+    assert "older run(s) of this job wait to run first" in row(regular).message
+    assert begin(job, job_id, execution_id=older, trigger=Trigger.CATCH_UP).claimed, "the oldest goes"
+    # Paused, the held ones may not go: a forced run is not kept back by them.
+    other, other_id = make_job(overlap="skip")
+    held = pending(other, other_id, trigger=Trigger.BACKFILL)
+    paused(other_id)
+    assert begin(other, other_id, execution_id=held, trigger=Trigger.BACKFILL).outcome == claims.WAITING
+    assert begin(other, other_id, slot=LATER, force=True).claimed

@@ -295,3 +295,19 @@ def test_a_missed_slot_whose_outage_alert_came_a_moment_later_is_judged_at_every
 
     assert judged(54.1366) == {}
     assert "ALERT_MISSING" in judged(58.0)
+
+
+def test_an_overlap_skip_is_taken_beside_a_live_run_or_older_runs_waiting_and_not_alone() -> None:
+    """A regular slot skipped OVERLAP met a live run of its job, or older runs of it waiting for its
+    room (they go first); with neither, the skip is an anomaly."""
+    skipped = row(1, "S01", 20, "SKIPPED", skip_reason="OVERLAP", ended=20.2)
+    older = row(2, "S01", 10, trigger="CATCH_UP", started=21, ended=22)  # waited, then ran after the skip
+    older.created_at = T0 + dt.timedelta(seconds=12)
+
+    def found(rows: list[Row]) -> list[str]:
+        result = Result()
+        checker._row(skipped, result, {}, {}, 3, {r.id: r for r in rows}, rows, set(), feature_checks.Person([]))
+        return result.anomalies["SKIP_WITHOUT_LIVE_RUN"]
+
+    assert found([skipped, older]) == []
+    assert found([skipped]) and "running or waiting before it" in found([skipped])[0]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
+from django.core.management.base import CommandError
 from django.db import connection
 from django.test import override_settings
 
@@ -240,7 +241,10 @@ def test_an_in_process_run_sends_the_execution_that_waited_for_it(queue, marker)
     waiting_id = pending(job, job_id)
     begin(job, job_id, execution_id=waiting_id, trigger=Trigger.BACKFILL)
     finishes.finish(job_id=job_id, execution_id=blocker.execution_id, fence=blocker.fence, status=Status.SUCCEEDED)
-    call_command("run_cron_task", job.name, "--at", "2026-11-29T05:00:00Z")
+    # The job is free, but an older run waits for it: the in-process run does not go ahead of it (refused,
+    # saying why), and sends it.
+    with pytest.raises(CommandError, match=r"older run\(s\) of this job wait to run first"):
+        call_command("run_cron_task", job.name, "--at", "2026-11-29T05:00:00Z")
     [sent] = queue.headers()
     assert sent[tasks.HEADER_EXECUTION] == waiting_id
 
@@ -267,12 +271,17 @@ def test_waiting_executions_are_sent_one_at_a_time_and_never_given_up(queue):
     job, job_id = make_job(overlap="skip")
     slots = [SLOT + dt.timedelta(hours=hour) for hour in range(3)]
     ids = [pending(job, job_id, slot=slot) for slot in slots]
-    for _ in range(4):  # more rounds than REPUBLISH_LIMIT (2)
-        live = begin(job, job_id, slot=SLOT + dt.timedelta(days=1), force=True)
+    for round_ in range(4):  # more rounds than REPUBLISH_LIMIT (2)
+        # Another worker's run of the job (a run that starts now would wait behind the older ones).
+        live = CronExecution.objects.create(
+            job_id=job_id, task_code=job.code, task_name=job.name, slot=SLOT + dt.timedelta(days=1, hours=round_),
+            execution_date=SLOT.date(), run_number=1, status=Status.RUNNING, trigger=Trigger.MANUAL,
+            started=db_now(), lease_until=db_now() + dt.timedelta(hours=1))
         for execution_id, slot in zip(ids, slots, strict=True):
             claim = begin(job, job_id, slot, execution_id=execution_id, trigger=Trigger.BACKFILL)
             assert claim.outcome == claims.WAITING
-        finishes.finish(job_id=job_id, execution_id=live.execution_id, fence=live.fence, status=Status.SUCCEEDED)
+        CronExecution.objects.filter(id=live.id).update(status=Status.SUCCEEDED, completed=True, ended=db_now(),
+                                                        lease_until=None)
         for execution_id in ids:
             backdate(execution_id)
         queue.client.delete(queue.name)

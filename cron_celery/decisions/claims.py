@@ -22,7 +22,7 @@ from typing import Any
 from django.db import connection, transaction
 
 from cron_celery import enums
-from cron_celery.decisions import executions, groups, quick_claims, slot_state, waiting
+from cron_celery.decisions import executions, groups, quick_claims, slot_state, supersede, waiting
 from cron_celery.decisions import previous as previous_runs
 from cron_celery.declaring import registry
 
@@ -55,7 +55,7 @@ BUFFERED_TRIGGERS = frozenset({enums.Trigger.BACKFILL, enums.Trigger.CATCH_UP, e
                                enums.Trigger.ADMIN, enums.Trigger.UPSTREAM, enums.Trigger.ONE_OFF})
 
 #: The patterns whose slot is checked: a slot runs once (``standard``), or until it succeeds.
-SLOT_CHECKED = (enums.ExecutionPattern.STANDARD, enums.ExecutionPattern.RERUN_ON_FAILURE)
+SLOT_CHECKED = supersede.SLOT_CHECKED
 
 def waits_its_turn(job: registry.Job, state: dict[str, Any]) -> bool:
     """Whether this execution, once its row exists, waits rather than being skipped when it meets a
@@ -83,6 +83,9 @@ class Claim:
     skip_reason: str = ""
     status_seen: str = ""  # for DUPLICATE, WAITING, GIVE_UP: the status the execution already had
     blocker: int | None = None  # for WAITING: the live execution it waits for
+    #: Skipped or waiting behind older runs of the job that wait for room it has: the caller sends the oldest
+    behind: bool = False
+    message: str = ""  # a skip: what its row says
     params: dict[str, Any] | None = None  # claimed: the parameter values on the row (what the body runs with)
     previous: previous_runs.PreviousRun | None = None  # claimed: the job's run before it, by slot order
     last_success: previous_runs.PreviousRun | None = None  # claimed: the job's success before it
@@ -116,45 +119,25 @@ def _decide(
         return enums.SkipReason.OVERLAP
     if _job_full(job, state) or state.get("group_full"):
         return enums.SkipReason.CONCURRENCY
+    if _behind(job, state):  # older runs of the job wait for its room: they have it first
+        return enums.SkipReason.OVERLAP if job.exclusive else enums.SkipReason.CONCURRENCY
     return ""
-
-
-def _supersede(cursor: Any, job: registry.Job, job_id: int, state: dict[str, Any], fence: int) -> None:
-    """This claim runs a job with a limit (exclusive, ``max_concurrency``, a group) while another of its
-    runs is RUNNING with an expired lease (its worker froze, or lost the database, and did not renew):
-    that run no longer owns the job. Or it runs a slot of a slot-checked job whose earlier run of the
-    slot is such a run: that one no longer owns the slot. It takes this claim's fence, so its heartbeat
-    and final write, which carry the old one, are refused (FENCED, its run told to stop), and two runs
-    of the job (of the slot) are never both recorded. Its row stays RUNNING with the expired lease: the
-    reconciler ends it (``LEASE_EXPIRED``, retried by the job's policy) as it would have without this claim.
-
-    Every such row that was stale when the claim looked (``state``) is superseded, not only those whose
-    lease is still expired now: a heartbeat that renewed one since (it takes no job lock) must not leave
-    the job with two live runs (or more than its limit): its lease is ended too. A run that was live
-    when the claim looked (a ``max_concurrency`` job's) is not touched."""
-    stale = (state["stale_ids"] if job.limit is not None or job.concurrency_group
-             else state["slot_stale_ids"] if job.pattern in SLOT_CHECKED else None)
-    if not stale:
-        return
-    # Its history keeps the fence it ran under: a first attempt (no history yet) gets its entry now.
-    cursor.execute(
-        f"""
-        UPDATE {EXE} SET fence = %(fence)s, lease_until = least(lease_until, now()),
-            attempts = CASE WHEN jsonb_array_length(attempts) > 0 THEN attempts
-                ELSE jsonb_build_array(jsonb_build_object('attempt', retry_count + 1, 'started', started,
-                                                          'worker', worker, 'pid', pid, 'fence', fence)) END
-        WHERE job_id = %(job)s AND id = ANY(%(stale)s) AND status = 'RUNNING' AND fence < %(fence)s
-        """,
-        {"fence": fence, "job": job_id, "stale": list(stale)},
-    )
 
 
 def _job_full(job: registry.Job, state: dict[str, Any]) -> bool:
     return job.limit is not None and (state.get("live_count") or 0) >= job.limit
 
 
+def _behind(job: registry.Job, state: dict[str, Any]) -> bool:
+    """The job has room, but not once the older runs waiting for it have theirs (``slot_state``'s ``ahead``)."""
+    return job.limit is not None and (state.get("live_count") or 0) + (state.get("ahead") or 0) >= job.limit
+
+
 def _waits_for(job: registry.Job, state: dict[str, Any], reason: str) -> dict[str, Any]:
-    """What a waiting execution's note names: the job's own limit, else its group's."""
+    """What a waiting execution's note names: the older runs it waits behind, the job's own limit, else
+    its group's."""
+    if not state.get("job_live") and not _job_full(job, state) and _behind(job, state):
+        return {"ahead": state["ahead"]}
     if reason != enums.SkipReason.CONCURRENCY:
         return {}
     if _job_full(job, state):
@@ -163,6 +146,8 @@ def _waits_for(job: registry.Job, state: dict[str, Any], reason: str) -> dict[st
 
 
 def _skip_message(job: registry.Job, state: dict[str, Any], reason: str) -> str:
+    if _waits_for(job, state, reason).get("ahead"):
+        return BEHIND_MESSAGE.format(ahead=state["ahead"])
     if reason == enums.SkipReason.CONCURRENCY and not _job_full(job, state):
         return (f"Skipped: the job's concurrency group {job.concurrency_group!r} already has "
                 f"{state['group_full']} runs at once, as many as CONCURRENCY_GROUPS allows.")
@@ -176,6 +161,10 @@ def _needs_state(job: registry.Job, execution_id: int | None, force: bool, rerun
         return True
     return job.pattern in SLOT_CHECKED and not (force or rerun)
 
+
+#: A skip behind older runs of the job that wait for its room (they go first).
+BEHIND_MESSAGE = ("Skipped: {ahead} older run(s) of this job wait to run first (catch-up slots, retries, runs "
+                  "asked for); a slot sent on time does not go ahead of them.")
 
 SKIP_MESSAGES: dict[str, str] = {
     enums.SkipReason.PAUSED: "Skipped: the job is paused.",
@@ -240,7 +229,7 @@ def begin(
         group_full = groups.full(cursor, job.concurrency_group, job_id, execution_id or 0) \
             if job.concurrency_group else None
         if lock_busy or _needs_state(job, execution_id, force, rerun or params_given):
-            state = slot_state.read(cursor, job_id, slot, execution_id or 0)
+            state = slot_state.read(cursor, job_id, slot, execution_id or 0, paused=paused)
         state["group_full"] = group_full
         if execution_id is not None:
             seen = _delivered_already(execution_id, state, max_retries)
@@ -254,7 +243,7 @@ def begin(
                           worker=worker, pid=pid, given=given, params_given=params_given)
         if held is not None:
             return held
-        _supersede(cursor, job, job_id, state, fence)  # a stale run this one replaces
+        supersede.stale_runs(cursor, job, job_id, state, fence)  # a stale run this one replaces
         if execution_id is not None:
             return _take_row(cursor, execution_id, fence, lease_seconds, worker, pid, celery_task_id)
         new_id, run_number = executions.insert(
@@ -365,7 +354,7 @@ def _record_skip(
             worker=worker, pid=pid, given=given, params_given=params_given,
         )
     return Claim(outcome=S.SKIPPED, execution_id=execution_id, run_number=run_number,
-                 skip_reason=reason)
+                 skip_reason=reason, message=message)
 
 
 def _delivered_already(execution_id: int, state: dict[str, Any], max_retries: int) -> Claim | None:
@@ -408,17 +397,18 @@ def _held_back(cursor: Any, job: registry.Job, job_id: int, slot: dt.datetime, e
         # Asked for: the pause holds it (unsent) until the job is resumed; it does not use it up.
         waiting.mark(cursor, execution_id, None, paused=True)
         return Claim(outcome=WAITING, execution_id=execution_id, status_seen=own, skip_reason=reason)
+    behind = overlapping and bool(_waits_for(job, state, reason).get("ahead"))
     if overlapping and execution_id is not None and (attempted or buffered):
         if own != S.RUNNING:  # an expired RUNNING attempt is the reconciler's to end first
             waiting.mark(cursor, execution_id, state["blocker"], **_waits_for(job, state, reason))
         return Claim(outcome=WAITING, execution_id=execution_id, status_seen=own, skip_reason=reason,
-                     blocker=state["blocker"])
+                     blocker=state["blocker"], behind=behind)
     if reason:
-        return _record_skip(
+        return dataclasses.replace(_record_skip(
             cursor, job, job_id, slot, execution_date, trigger, execution_id, reason,
             celery_task_id, worker, pid, message=_skip_message(job, state, reason), given=given,
             params_given=params_given,
-        )
+        ), behind=behind)
     return None
 
 

@@ -11,7 +11,7 @@ transaction with one commit:
    - with the slot check (patterns ``standard`` and ``rerun_on_failure``), the slot has no other
      execution of its regular run but skipped or missed ones;
    - for an exclusive job (overlap ``skip``), the job has no ``RUNNING`` execution at all, live or
-     stale;
+     stale, and none that waits for its room (an older one goes first: the full claim decides);
    - for a message's own execution (``pending``), its row is ``PENDING``, not forced, not a re-run
      and not a run with a person's parameters.
 
@@ -47,13 +47,14 @@ _LOCK = statements.statement("claim_lock", f"UPDATE {JOB} SET fence = fence + 1 
                              {"job": "bigint"})
 
 #: Nothing stands in the way: the job (``j``) is not paused; no other execution of the slot's regular
-#: run but skipped or missed ones (with the slot check); no RUNNING one of the job (exclusive).
+#: run but skipped or missed ones (with the slot check); no RUNNING one of the job, nor one waiting (exclusive).
 #: ``%(me)s`` is the execution claimed (0 for a new one).
 _CLEAR = f"""j.id = %(job)s AND NOT j.paused AND NOT EXISTS (
         SELECT 1 FROM {EXE} AS other WHERE other.job_id = %(job)s AND other.id <> %(me)s AND (
             (%(slot_checked)s AND other.slot = %(slot)s AND NOT other.params_given
              AND other.status NOT IN ('SKIPPED', 'MISSED'))
-            OR (%(exclusive)s AND other.status = 'RUNNING')))"""
+            OR (%(exclusive)s AND (other.status = 'RUNNING' OR (
+                other.waiting_since IS NOT NULL AND other.status IN ('PENDING', 'RETRYING'))))))"""
 
 _CHECK_TYPES = {"slot_checked": "boolean", "exclusive": "boolean", "me": "bigint"}
 

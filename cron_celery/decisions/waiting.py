@@ -40,17 +40,20 @@ def may_go(execution: str, job: str) -> str:
 
 
 def mark(cursor: Any, execution_id: int, blocker: int | None, *, limit: int | None = None,
-         group: str | None = None, paused: bool = False) -> None:
+         group: str | None = None, paused: bool = False, ahead: int | None = None) -> None:
     """Record that the execution waits (inside the claim's transaction, under the job's lock).
 
     ``lease_until`` restarts the reconciler's grace period and ``republished`` starts again (its
     message arrived: it was not lost); a PENDING execution's message says what it waits for (a
     RETRYING one keeps its last attempt's error). ``limit``: the job's ``max_concurrency``, or its
     concurrency ``group``'s limit, when that is what it waits for; ``paused``: it waits for the
-    job to be resumed."""
+    job to be resumed; ``ahead``: how many older runs of the job wait before it (``slot_state``)."""
     if paused:
         note = ("Waiting: the job is paused; this one runs when it is resumed "
                 "(cancel it in the history to drop it).")
+    elif ahead:
+        note = (f"Waiting: {ahead} older run(s) of this job wait to run first; this one runs after them "
+                "(oldest slot first).")
     elif group is not None:
         note = (f"Waiting: the job's concurrency group {group!r} has {limit} runs at once; "
                 "this one runs when one of them ends.")

@@ -88,7 +88,7 @@ class Outcome:
     result: Any = None
     exc: BaseException | None = None
     countdown: float | None = None  # RETRYING: seconds until the next attempt
-    frees_job: bool = False  # a run of the job ended, or a waiting one gave up: the next waiting one may start
+    frees_job: bool = False  # a run ended, a waiting one gave up or yielded to older ones: the oldest may start
 
     @property
     def ok(self) -> bool:
@@ -283,9 +283,9 @@ def _not_run(attempt: _Attempt, execution_id: int | None) -> Outcome | None:
                        message=S.LOST)
     if claim.outcome == claims.WAITING:
         what = "the job to be resumed" if claim.skip_reason == enums.SkipReason.PAUSED \
-            else f"execution {claim.blocker} of the job to end"
+            else "the older runs of the job" if claim.behind else f"execution {claim.blocker} of the job to end"
         logger.info("%s %s waits for %s (%s)", job.name, slots.iso(slot), what, claim.skip_reason, extra=extra)
-        return Outcome(job=job.name, slot=slot, status=WAITING, execution_id=claim.execution_id,
+        return Outcome(job=job.name, slot=slot, status=WAITING, execution_id=claim.execution_id, frees_job=claim.behind,
                        run_number=claim.run_number, skip_reason=claim.skip_reason, message=f"waiting for {what}")
     if claim.outcome == claims.GIVE_UP:
         return _given_up(attempt)
@@ -298,13 +298,13 @@ def _not_run(attempt: _Attempt, execution_id: int | None) -> Outcome | None:
         logger.info("%s %s skipped: %s", job.name, slots.iso(slot), claim.skip_reason, extra=extra)
         if claim.execution_id is not None:
             outcomes.announce(job, jobs.job_id(job), claim.execution_id, slot, S.SKIPPED, claim.skip_reason,
-                              claims.SKIP_MESSAGES[claim.skip_reason])
+                              claim.message or claims.SKIP_MESSAGES[claim.skip_reason])
         return Outcome(job=job.name, slot=slot, status=S.SKIPPED,
                        execution_id=claim.execution_id, run_number=claim.run_number,
                        skip_reason=claim.skip_reason,
-                       message=claims.SKIP_MESSAGES[claim.skip_reason],
-                       # A skip for the pause: a forced execution waiting behind it may go now.
-                       frees_job=claim.skip_reason == enums.SkipReason.PAUSED and execution_id is not None)
+                       message=claim.message or claims.SKIP_MESSAGES[claim.skip_reason],
+                       # A skip for the pause, or behind older waiting runs: the oldest that may go, goes now.
+                       frees_job=claim.behind or (claim.skip_reason == enums.SkipReason.PAUSED and bool(execution_id)))
     return None
 
 

@@ -141,14 +141,13 @@ def test_a_run_of_a_slot_whose_message_could_not_be_sent_does_not_use_the_slot_u
         f"{decided.status} {decided.skip_reason}: {decided.message!r}")
 
 
-@pytest.mark.xfail(strict=True, reason="open (issue 38): a run that finds its exclusive job free takes it although "
-                                       "older runs of the job wait for it; catch-up 'all' is not run oldest first")
 def test_a_run_that_finds_its_job_free_does_not_go_before_older_runs_that_wait(tmp_path: Path, marker: Path) -> None:
     """Three backfill slots of an overlap-skip job; the two older ones wait (as after they met a live run
     whose worker died before it sent them on). The newest one's message reaches a real worker while the
     job is free: it must not run before them — the slots run oldest first (docs/concepts.md), as the
     hour-long soak expects of S05's catch-up slots (seed 2027: slot 19:28:28 ran 22 minutes late, after
-    newer slots, and hundreds were left waiting at the end)."""
+    newer slots, and hundreds were left waiting at the end). Before (failed on 8731fda, as a strict
+    xfail): the newest ran first; now it waits behind them and sends the oldest."""
     job = jobs_buffer.hourly_exclusive.job
     day = dt.datetime(2026, 11, 20, tzinfo=dt.UTC)
     recorded = backfill.record(job, backfill.Plan(slots=[day + dt.timedelta(hours=hour) for hour in range(3)],

@@ -127,6 +127,16 @@ class Model:
         limit = self.jobs[key].spec.limit
         return limit is None or len(self.live_runs(key, besides=besides)) < limit
 
+    def ahead(self, key: str, slot: dt.datetime, me: int | None) -> int:
+        """The job's waiting executions that may go and come before this one (by slot, then id)."""
+        return sum(1 for exe in self.of_job(key) if exe.id != me and self.may_go(exe)
+                   and (exe.slot < slot or (exe.slot == slot and me is not None and exe.id < me)))
+
+    def behind(self, key: str, slot: dt.datetime, me: int | None) -> bool:
+        """The job has room, but not once the older waiting runs have theirs: they go first."""
+        limit = self.jobs[key].spec.limit
+        return limit is not None and len(self.live_runs(key, besides=me)) + self.ahead(key, slot, me) >= limit
+
     # ---- the claim ---------------------------------------------------------------------------
 
     def _slot_reason(self, spec: Spec, slot: dt.datetime, me: int | None) -> str:
@@ -166,7 +176,7 @@ class Model:
             reason = self._slot_reason(spec, exe.slot, exe.id)
             if reason:
                 return Decision(SKIP, reason)
-        if not self.has_room(exe.job, besides=exe.id):
+        if not self.has_room(exe.job, besides=exe.id) or self.behind(exe.job, exe.slot, exe.id):
             if attempted or buffered:
                 return Decision(WAITING, spec.over_limit)
             return Decision(SKIP, spec.over_limit)
@@ -181,14 +191,14 @@ class Model:
             reason = self._slot_reason(job.spec, slot, None)
             if reason:
                 return Decision(SKIP, reason)
-        if not self.has_room(key):
+        if not self.has_room(key) or self.behind(key, slot, None):
             return Decision(SKIP, job.spec.over_limit)
         return Decision(CLAIM)
 
     def claimed(self, exe: Exe, fence: int, *, slot_read: bool = True) -> None:
         """The claim ran: RUNNING with a new fence; a takeover counts as another attempt.
 
-        As ``claims._supersede``: a claim of a job with a limit supersedes every other RUNNING
+        As ``supersede.stale_runs``: a claim of a job with a limit supersedes every other RUNNING
         execution of the job whose lease expired (and whose fence is smaller); a claim of a
         slot-checked job that read its slot (``slot_read``: not a new forced or re-run one), those of
         its slot. That one takes this claim's fence, so its late heartbeat and finish are refused; it

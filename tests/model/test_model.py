@@ -20,6 +20,7 @@ import copy
 import dataclasses
 import functools
 import os
+import re
 import threading
 from typing import Any
 
@@ -76,6 +77,9 @@ def seen(worker: h.Worker) -> Seen:
         assert isinstance(value, dict), value
         status, execution_id, message = value["status"], value["execution_id"], value["message"]
         reason = next((key for key, text in claims.SKIP_MESSAGES.items() if text == message), "")
+        if re.fullmatch(re.escape(claims.BEHIND_MESSAGE).replace(re.escape("{ahead}"), r"\d+"), message):
+            # Behind older runs that wait: OVERLAP or CONCURRENCY, as its row says (the message names neither).
+            reason = models.CronExecution.objects.get(id=execution_id).skip_reason
     if status == models.Status.SKIPPED:
         return Seen(SKIP, execution_id, reason=reason)
     if status == claims.DUPLICATE:
@@ -149,11 +153,13 @@ class Protocol(h.Machine):
         elif actual.kind == SKIP:
             assert exe is not None
             model.skipped(exe, actual.reason)
-            if actual.reason == "PAUSED" and execution_id is not None:
-                model.next_waiting(exe.job)
+            if (actual.reason == "PAUSED" and execution_id is not None) or actual.reason in ("OVERLAP", "CONCURRENCY"):
+                model.next_waiting(exe.job)  # the oldest that may go is sent, when the job has room for it
         elif actual.kind == WAITING:
             assert exe is not None
             model.mark_waiting(exe)
+            if actual.reason in ("OVERLAP", "CONCURRENCY"):
+                model.next_waiting(exe.job)  # behind older waiting runs, with room: the oldest is sent
         elif actual.kind == GIVE_UP:
             assert exe is not None
             status = model.give_up(exe)

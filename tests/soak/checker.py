@@ -198,9 +198,15 @@ def _row(row: Row, result: Result, starts: dict[tuple[int, int], dict[str, Any]]
             other.id != row.id and other.job == row.job and other.started is not None
             and other.started <= moment + dt.timedelta(seconds=5)
             and (other.ended is None or other.ended >= moment) for other in rows)
-        if not live:
+        # Or older runs of the job waited for its room then (they go first: docs/concepts.md, overlap):
+        # recorded before the skip, not started nor ended by then.
+        behind = moment is not None and any(
+            other.id != row.id and other.job == row.job and other.slot < row.slot and other.created_at <= moment
+            and (other.started is None or other.started >= moment - dt.timedelta(seconds=1))
+            and (other.ended is None or other.ended >= moment) for other in rows)
+        if not live and not behind:
             result.flag("SKIP_WITHOUT_LIVE_RUN", row, f"SKIPPED {row.skip_reason} at {moment} while no other "
-                        f"execution of {row.job} was running")
+                        f"execution of {row.job} was running or waiting before it")
         return
     if status == "MISSED":
         if spec.catch_up == "all":
