@@ -143,3 +143,4 @@ class CatchUp(Choices):
 class Overlap(Choices):
     SKIP = "skip", "Skip"  # never run two executions of the job at once (default)
     ALLOW = "allow", "Allow"  # executions of different slots may run side by side
+    BUFFER_ONE = "buffer_one", "Buffer one"  # as skip, but one regular slot waits for the live run

@@ -311,3 +311,21 @@ def test_an_overlap_skip_is_taken_beside_a_live_run_or_older_runs_waiting_and_no
 
     assert found([skipped, older]) == []
     assert found([skipped]) and "running or waiting before it" in found([skipped])[0]
+
+
+def test_a_buffer_one_slot_skipped_while_no_other_regular_slot_waited_is_reported() -> None:
+    """S07 (overlap buffer_one): a regular slot skipped beside a live run is right only while another
+    regular slot of the job waited for it; alone beside the live run it should have waited itself."""
+    live = row(1, "S07", 0, started=0, ended=7)
+    skipped = row(3, "S07", 6, "SKIPPED", skip_reason="OVERLAP", ended=6.1)
+    waited = row(2, "S07", 3, started=7, ended=9)  # recorded at its slot, waited, ran after the live one
+
+    def found(rows: list[Row]) -> list[str]:
+        result = Result()
+        checker._row(skipped, result, {}, {}, 3, {r.id: r for r in rows}, rows, set(), feature_checks.Person([]))
+        return result.anomalies["BUFFER_NOT_KEPT"]
+
+    assert found([live, waited, skipped]) == []
+    assert found([live, skipped]) and "while no other regular slot of it waited" in found([live, skipped])[0]
+    ran_at_once = row(2, "S07", 3, started=3.2, ended=4)  # it did not wait: it had started before the skip
+    assert found([live, ran_at_once, skipped])

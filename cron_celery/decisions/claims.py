@@ -22,7 +22,7 @@ from typing import Any
 from django.db import connection, transaction
 
 from cron_celery import enums
-from cron_celery.decisions import executions, groups, quick_claims, slot_state, supersede, waiting
+from cron_celery.decisions import executions, groups, quick_claims, room, slot_state, supersede, waiting
 from cron_celery.decisions import previous as previous_runs
 from cron_celery.declaring import registry
 
@@ -117,41 +117,11 @@ def _decide(
             return enums.SkipReason.ALREADY_RAN
     if job.exclusive and state["job_live"]:
         return enums.SkipReason.OVERLAP
-    if _job_full(job, state) or state.get("group_full"):
+    if room.job_full(job, state) or state.get("group_full"):
         return enums.SkipReason.CONCURRENCY
-    if _behind(job, state):  # older runs of the job wait for its room: they have it first
+    if room.behind(job, state):  # older runs of the job wait for its room: they have it first
         return enums.SkipReason.OVERLAP if job.exclusive else enums.SkipReason.CONCURRENCY
     return ""
-
-
-def _job_full(job: registry.Job, state: dict[str, Any]) -> bool:
-    return job.limit is not None and (state.get("live_count") or 0) >= job.limit
-
-
-def _behind(job: registry.Job, state: dict[str, Any]) -> bool:
-    """The job has room, but not once the older runs waiting for it have theirs (``slot_state``'s ``ahead``)."""
-    return job.limit is not None and (state.get("live_count") or 0) + (state.get("ahead") or 0) >= job.limit
-
-
-def _waits_for(job: registry.Job, state: dict[str, Any], reason: str) -> dict[str, Any]:
-    """What a waiting execution's note names: the older runs it waits behind, the job's own limit, else
-    its group's."""
-    if not state.get("job_live") and not _job_full(job, state) and _behind(job, state):
-        return {"ahead": state["ahead"]}
-    if reason != enums.SkipReason.CONCURRENCY:
-        return {}
-    if _job_full(job, state):
-        return {"limit": job.limit}
-    return {"group": job.concurrency_group, "limit": state["group_full"]}
-
-
-def _skip_message(job: registry.Job, state: dict[str, Any], reason: str) -> str:
-    if _waits_for(job, state, reason).get("ahead"):
-        return BEHIND_MESSAGE.format(ahead=state["ahead"])
-    if reason == enums.SkipReason.CONCURRENCY and not _job_full(job, state):
-        return (f"Skipped: the job's concurrency group {job.concurrency_group!r} already has "
-                f"{state['group_full']} runs at once, as many as CONCURRENCY_GROUPS allows.")
-    return SKIP_MESSAGES[reason]
 
 
 def _needs_state(job: registry.Job, execution_id: int | None, force: bool, rerun: bool) -> bool:
@@ -160,20 +130,6 @@ def _needs_state(job: registry.Job, execution_id: int | None, force: bool, rerun
     if job.limit is not None or job.concurrency_group:
         return True
     return job.pattern in SLOT_CHECKED and not (force or rerun)
-
-
-#: A skip behind older runs of the job that wait for its room (they go first).
-BEHIND_MESSAGE = ("Skipped: {ahead} older run(s) of this job wait to run first (catch-up slots, retries, runs "
-                  "asked for); a slot sent on time does not go ahead of them.")
-
-SKIP_MESSAGES: dict[str, str] = {
-    enums.SkipReason.PAUSED: "Skipped: the job is paused.",
-    enums.SkipReason.ALREADY_RAN: "Skipped: this slot already ran.",
-    enums.SkipReason.ALREADY_RUNNING: "Skipped: this slot is already running or queued.",
-    enums.SkipReason.OVERLAP: "Skipped: another execution of this job is running.",
-    enums.SkipReason.LOCK_UNAVAILABLE: "Skipped: another server holds the job's lock.",
-    enums.SkipReason.CONCURRENCY: "Skipped: the job already has as many runs at once as its max_concurrency allows.",
-}
 
 
 def begin(
@@ -397,16 +353,16 @@ def _held_back(cursor: Any, job: registry.Job, job_id: int, slot: dt.datetime, e
         # Asked for: the pause holds it (unsent) until the job is resumed; it does not use it up.
         waiting.mark(cursor, execution_id, None, paused=True)
         return Claim(outcome=WAITING, execution_id=execution_id, status_seen=own, skip_reason=reason)
-    behind = overlapping and bool(_waits_for(job, state, reason).get("ahead"))
-    if overlapping and execution_id is not None and (attempted or buffered):
+    behind = overlapping and bool(room.waits_for(job, state, reason).get("ahead"))
+    if overlapping and execution_id is not None and (attempted or buffered or room.buffers_one(job, state)):
         if own != S.RUNNING:  # an expired RUNNING attempt is the reconciler's to end first
-            waiting.mark(cursor, execution_id, state["blocker"], **_waits_for(job, state, reason))
+            waiting.mark(cursor, execution_id, state["blocker"], **room.waits_for(job, state, reason))
         return Claim(outcome=WAITING, execution_id=execution_id, status_seen=own, skip_reason=reason,
                      blocker=state["blocker"], behind=behind)
     if reason:
         return dataclasses.replace(_record_skip(
             cursor, job, job_id, slot, execution_date, trigger, execution_id, reason,
-            celery_task_id, worker, pid, message=_skip_message(job, state, reason), given=given,
+            celery_task_id, worker, pid, message=room.skip_message(job, state, reason), given=given,
             params_given=params_given,
         ), behind=behind)
     return None

@@ -16,8 +16,8 @@ def nothing_seen() -> dict[str, Any]:
     """The state of a claim that needs no reading (a new run no check applies to)."""
     return {"succeeded": False, "failed": False, "live": False, "stale": False, "job_live": False,
             "own_status": None, "own_live": False, "own_forced": False, "own_retries": None, "own_trigger": None,
-            "own_force": False, "blocker": None, "job_stale": False, "live_count": 0, "ahead": 0, "stale_ids": None,
-            "slot_stale_ids": None}
+            "own_force": False, "blocker": None, "job_stale": False, "live_count": 0, "ahead": 0, "buffered": 0,
+            "stale_ids": None, "slot_stale_ids": None}
 
 
 def read(cursor: Any, job_id: int, slot: dt.datetime, me: int, *, paused: bool = False) -> dict[str, Any]:
@@ -57,17 +57,18 @@ def read(cursor: Any, job_id: int, slot: dt.datetime, me: int, *, paused: bool =
                                 AND lease_until <= now()),
           count(*) FILTER (WHERE id <> %(me)s AND waiting_since IS NOT NULL AND status IN ('PENDING', 'RETRYING')
                            AND (NOT %(paused)s OR force)
-                           AND (slot < %(slot)s OR (slot = %(slot)s AND %(me)s <> 0 AND id < %(me)s)))
+                           AND (slot < %(slot)s OR (slot = %(slot)s AND %(me)s <> 0 AND id < %(me)s))),
+          count(*) FILTER (WHERE id <> %(me)s AND waiting_since IS NOT NULL AND status = 'PENDING' AND trigger = 'BEAT')
         FROM {EXE}
         WHERE job_id = %(job)s AND (slot = %(slot)s OR status = 'RUNNING' OR id = %(me)s
-                                    OR (waiting_since IS NOT NULL AND slot <= %(slot)s))
+                                    OR (waiting_since IS NOT NULL AND (slot <= %(slot)s OR trigger = 'BEAT')))
         """,
         {"me": me, "slot": slot, "job": job_id, "paused": paused},
     )
     row = cursor.fetchone()
     keys = ("succeeded", "failed", "live", "stale", "job_live", "own_status", "own_live", "own_forced",
             "own_retries", "own_trigger", "own_force", "blocker", "job_stale", "live_count", "stale_ids",
-            "own_params_given", "slot_stale_ids", "ahead")
+            "own_params_given", "slot_stale_ids", "ahead", "buffered")
     kept = ("own_status", "own_retries", "own_trigger", "blocker", "live_count", "stale_ids", "slot_stale_ids",
-            "ahead")
+            "ahead", "buffered")
     return {key: row[i] if key in kept else (row[i] or False) for i, key in enumerate(keys)}

@@ -92,8 +92,8 @@ def read_limits(name: str, max_concurrency: object, concurrency_group: object, p
             overlap: enums.Overlap) -> tuple[float | None, str | None]:
     """(max_concurrency, concurrency_group): a limit only for jobs that may run beside themselves."""
     concurrency = read_number(name, "max_concurrency", max_concurrency, integer=True, optional=True, positive=True)
-    if concurrency is not None and (overlap == enums.Overlap.SKIP or pattern == enums.ExecutionPattern.RATE_LIMITED):
-        one = "overlap='skip'" if overlap == enums.Overlap.SKIP else "the rate_limited pattern"
+    if concurrency is not None and (overlap != enums.Overlap.ALLOW or pattern == enums.ExecutionPattern.RATE_LIMITED):
+        one = f"overlap={overlap.value!r}" if overlap != enums.Overlap.ALLOW else "the rate_limited pattern"
         raise exceptions.ImproperlyDeclared(
             f"max_concurrency is for jobs declared with overlap='allow': {one} already runs one at a time.",
             job=name)

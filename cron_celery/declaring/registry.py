@@ -104,8 +104,8 @@ class Job:
 
     @property
     def exclusive(self) -> bool:
-        """Never two runs at once (overlap ``skip``, or the ``rate_limited`` pattern)."""
-        return self.overlap == enums.Overlap.SKIP or self.pattern == enums.ExecutionPattern.RATE_LIMITED
+        """Never two runs at once (overlap ``skip`` or ``buffer_one``, or the ``rate_limited`` pattern)."""
+        return self.overlap != enums.Overlap.ALLOW or self.pattern == enums.ExecutionPattern.RATE_LIMITED
 
     @property
     def limit(self) -> int | None:

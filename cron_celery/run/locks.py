@@ -116,7 +116,7 @@ class JobLock:
 def for_job(job: Any) -> JobLock | None:
     """The job's lock, or None when the job needs none (overlap ``allow``: the database
     decides the slot alone) or no Redis master is configured."""
-    exclusive = job.overlap == enums.Overlap.SKIP or job.pattern == enums.ExecutionPattern.RATE_LIMITED
+    exclusive = job.overlap != enums.Overlap.ALLOW or job.pattern == enums.ExecutionPattern.RATE_LIMITED
     if not exclusive or not conf.lock_masters():
         return None
     return JobLock(job.code)

@@ -18,7 +18,7 @@ from typing import Any
 from django.db import DatabaseError, DataError, connection, transaction
 
 from cron_celery import conf, enums, exceptions, slots
-from cron_celery.decisions import claims, executions, finishes, heartbeats, jobs
+from cron_celery.decisions import claims, executions, finishes, heartbeats, jobs, room
 from cron_celery.decisions import previous as previous_runs
 from cron_celery.declaring import params, registry
 from cron_celery.run import callers, identity, leases, limits, locks, outcomes, reconnect, retries, shutdown
@@ -298,11 +298,11 @@ def _not_run(attempt: _Attempt, execution_id: int | None) -> Outcome | None:
         logger.info("%s %s skipped: %s", job.name, slots.iso(slot), claim.skip_reason, extra=extra)
         if claim.execution_id is not None:
             outcomes.announce(job, jobs.job_id(job), claim.execution_id, slot, S.SKIPPED, claim.skip_reason,
-                              claim.message or claims.SKIP_MESSAGES[claim.skip_reason])
+                              claim.message or room.SKIP_MESSAGES[claim.skip_reason])
         return Outcome(job=job.name, slot=slot, status=S.SKIPPED,
                        execution_id=claim.execution_id, run_number=claim.run_number,
                        skip_reason=claim.skip_reason,
-                       message=claim.message or claims.SKIP_MESSAGES[claim.skip_reason],
+                       message=claim.message or room.SKIP_MESSAGES[claim.skip_reason],
                        # A skip for the pause, or behind older waiting runs: the oldest that may go, goes now.
                        frees_job=claim.behind or (claim.skip_reason == enums.SkipReason.PAUSED and bool(execution_id)))
     return None

@@ -338,3 +338,15 @@ if os.environ.get("CRON_TEST_PAUSE_AFTER") == "1":
         if not os.path.exists(os.environ.get("CRON_TEST_FIXED", "/nonexistent")):
             raise ConnectionError("the warehouse is unreachable")
         return "fixed"
+
+
+# overlap="buffer_one" (tests/faults/test_buffer_one.py): a 5 s body every 2 s — one slot waits for the
+# live run, the others are skipped.
+if os.environ.get("CRON_TEST_BUFFER_ONE") == "1":
+
+    @cron_task(name="buffers-one", code="BO1", schedule=every(seconds=2), pattern="always", overlap="buffer_one",
+               catch_up="none")
+    def buffers_one(run: Run) -> str:
+        mark(run, "buffers-one")
+        time.sleep(5)
+        return "done"

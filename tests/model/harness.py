@@ -66,6 +66,7 @@ SPECS = [
     Spec("rl", "rate_limited", "skip", max_retries=1, retry_on_failure=True, catch_up="latest", alert_after=1),
     Spec("cap", "always", "allow", max_retries=1, retry_on_failure=True, catch_up="all", alert_after=1,
          max_concurrency=1),  # the limit path without a Redis lock, met often (3 in tests/faults)
+    Spec("buf", "always", "buffer_one", max_retries=1, retry_on_failure=True, catch_up="latest", alert_after=1),
 ]
 
 

@@ -35,7 +35,7 @@ class Spec:
 
     key: str  # the model's short name for the job
     pattern: str  # standard, rerun_on_failure, always, rate_limited
-    overlap: str  # skip, allow
+    overlap: str  # skip, allow, buffer_one
     max_retries: int
     retry_on_failure: bool
     catch_up: str  # none, latest, all
@@ -44,7 +44,7 @@ class Spec:
 
     @property
     def exclusive(self) -> bool:
-        return self.overlap == "skip" or self.pattern == "rate_limited"
+        return self.overlap != "allow" or self.pattern == "rate_limited"
 
     @property
     def limit(self) -> int | None:
@@ -137,6 +137,12 @@ class Model:
         limit = self.jobs[key].spec.limit
         return limit is not None and len(self.live_runs(key, besides=me)) + self.ahead(key, slot, me) >= limit
 
+    def buffers_one(self, exe: Exe) -> bool:
+        """overlap buffer_one: a regular beat slot kept from the job waits, if no other beat slot of it waits."""
+        return (self.jobs[exe.job].spec.overlap == "buffer_one" and exe.trigger == "BEAT"
+                and not any(other.id != exe.id and other.waiting and other.status == "PENDING"
+                            and other.trigger == "BEAT" for other in self.of_job(exe.job)))
+
     # ---- the claim ---------------------------------------------------------------------------
 
     def _slot_reason(self, spec: Spec, slot: dt.datetime, me: int | None) -> str:
@@ -177,7 +183,7 @@ class Model:
             if reason:
                 return Decision(SKIP, reason)
         if not self.has_room(exe.job, besides=exe.id) or self.behind(exe.job, exe.slot, exe.id):
-            if attempted or buffered:
+            if attempted or buffered or self.buffers_one(exe):
                 return Decision(WAITING, spec.over_limit)
             return Decision(SKIP, spec.over_limit)
         return Decision(CLAIM)

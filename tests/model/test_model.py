@@ -37,7 +37,7 @@ from hypothesis.stateful import (
 )
 
 from cron_celery import models
-from cron_celery.decisions import claims, dispatch, heartbeats
+from cron_celery.decisions import claims, dispatch, heartbeats, room
 from cron_celery.run import backfill, identity, outcomes, retries, runs, tasks
 from tests.model import harness as h
 from tests.model.reference import CAPPED, CLAIM, DUPLICATE, FINAL, GIVE_UP, SKIP, WAITING, Exe, Model
@@ -76,8 +76,8 @@ def seen(worker: h.Worker) -> Seen:
     else:
         assert isinstance(value, dict), value
         status, execution_id, message = value["status"], value["execution_id"], value["message"]
-        reason = next((key for key, text in claims.SKIP_MESSAGES.items() if text == message), "")
-        if re.fullmatch(re.escape(claims.BEHIND_MESSAGE).replace(re.escape("{ahead}"), r"\d+"), message):
+        reason = next((key for key, text in room.SKIP_MESSAGES.items() if text == message), "")
+        if re.fullmatch(re.escape(room.BEHIND_MESSAGE).replace(re.escape("{ahead}"), r"\d+"), message):
             # Behind older runs that wait: OVERLAP or CONCURRENCY, as its row says (the message names neither).
             reason = models.CronExecution.objects.get(id=execution_id).skip_reason
     if status == models.Status.SKIPPED:
@@ -139,6 +139,10 @@ class Protocol(h.Machine):
         if expected.kind != actual.kind or (expected.kind == SKIP and not same_reason(expected.reason, actual.reason)):
             return f"expected {expected}, the real call did {actual}"
         STATS[f"claim {actual.kind} {actual.reason}".strip()] += 1
+        delivered = model.exes.get(execution_id) if execution_id is not None else None
+        if delivered is not None and delivered.trigger == "BEAT" and (
+                model.jobs[delivered.job].spec.overlap == "buffer_one"):
+            STATS[f"buffer_one beat slot {actual.kind}"] += 1
         if execution_id is None and actual.execution_id is not None:  # an in-process call wrote a new row
             assert key is not None and slot_index is not None
             model.exes[actual.execution_id] = Exe(actual.execution_id, key, h.slot(slot_index), "MANUAL",

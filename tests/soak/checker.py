@@ -207,6 +207,9 @@ def _row(row: Row, result: Result, starts: dict[tuple[int, int], dict[str, Any]]
         if not live and not behind:
             result.flag("SKIP_WITHOUT_LIVE_RUN", row, f"SKIPPED {row.skip_reason} at {moment} while no other "
                         f"execution of {row.job} was running or waiting before it")
+        if spec.overlap == "buffer_one" and row.trigger == "BEAT" and not _buffer_held(row, rows, moment):
+            result.flag("BUFFER_NOT_KEPT", row, f"a regular slot of {row.job} (overlap buffer_one) SKIPPED "
+                        f"{row.skip_reason} at {moment} while no other regular slot of it waited: it should have")
         return
     if status == "MISSED":
         if spec.catch_up == "all":
@@ -260,6 +263,15 @@ def _bodies(rows: list[Row], by_id: dict[int, Row], starts: dict[tuple[int, int]
             result.flag("UNRECORDED_RUN", execution_id, f"a body ended under fence {fence} without a start line")
     result.notes["slots whose body completed 'ok' more than once (a fenced duplicate finished too)"] += sum(
         1 for count in done.values() if count > 1)
+
+
+def _buffer_held(row: Row, rows: list[Row], moment: dt.datetime | None) -> bool:
+    """Whether another regular slot of the job waited for it when ``row`` was skipped (overlap buffer_one
+    keeps one): recorded by then, not started (a second of slack) nor ended by then."""
+    return moment is not None and any(
+        other.id != row.id and other.job == row.job and other.trigger == "BEAT" and other.created_at <= moment
+        and (other.started is None or other.started >= moment - dt.timedelta(seconds=1))
+        and (other.ended is None or other.ended >= moment) for other in rows)
 
 
 def _overlaps(rows: list[Row], starts: dict[tuple[int, int], dict[str, Any]],

@@ -15,7 +15,7 @@ class JobSpec:
     name: str
     code: str
     pattern: str  # standard | rerun_on_failure | always | rate_limited
-    overlap: str  # skip | allow
+    overlap: str  # skip | allow | buffer_one
     catch_up: str  # none | latest | all
     every: int  # seconds between slots
     max_retries: int = 0
@@ -38,8 +38,8 @@ class JobSpec:
 
     @property
     def exclusive(self) -> bool:
-        """Never two runs at once (overlap skip, or the rate_limited pattern)."""
-        return self.overlap == "skip" or self.pattern == "rate_limited"
+        """Never two runs at once (overlap skip or buffer_one, or the rate_limited pattern)."""
+        return self.overlap != "allow" or self.pattern == "rate_limited"
 
 
 SPECS: tuple[JobSpec, ...] = (
@@ -59,7 +59,8 @@ SPECS: tuple[JobSpec, ...] = (
             max_retries=1, fail_percent=15, shortest=0.2, longest=1.2),
     JobSpec(name="soak-rate-limited", code="S06", pattern="rate_limited", overlap="allow", catch_up="latest",
             every=1, fail_percent=10, shortest=0.3, longest=1.6, pause_after_failures=2),
-    JobSpec(name="soak-cooperative", code="S07", pattern="standard", overlap="skip", catch_up="latest", every=3,
+    # overlap buffer_one: a 1 to 4 s body every 3 s, so one regular slot often waits and the next is skipped.
+    JobSpec(name="soak-cooperative", code="S07", pattern="standard", overlap="buffer_one", catch_up="latest", every=3,
             max_retries=1, fail_percent=15, reported=True, cooperative=True, shortest=1.0, longest=4.0),
     JobSpec(name="soak-time-limited", code="S08", pattern="standard", overlap="skip", catch_up="all", every=3,
             max_retries=1, fail_percent=10, shortest=0.3, longest=1.2, overrun_percent=15, soft_time_limit=2.0,
