@@ -12,5 +12,7 @@ urlpatterns = [
     path("health/", views.health_view, name="health"),
     path("metrics/", views.metrics_view, name="metrics"),
     path("run/<str:job>/", views.run, name="run"),
+    path("pause/<str:job>/", views.pause, name="pause"),
+    path("resume/<str:job>/", views.resume, name="resume"),
     path("audit/", views.audit_view, name="audit"),
 ]

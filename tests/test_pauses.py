@@ -241,3 +241,72 @@ def test_a_job_without_pause_after_failures_never_pauses_itself(declare: Any) ->
             assert pauses.after_failures(job_id=job.id, execution_id=row_.id, counted=True, status=row_.status,
                                          slot=row_.slot, error_code=row_.error_code) is None
     assert not row(job).paused
+
+
+PAUSER = "pauser-token-0123456789-abcdefghijklm"
+RUNNER = "runner-token-0123456789-abcdefghijklm"
+
+
+def tokens_of(**named: list[str]) -> Any:
+    from django.conf import settings
+    from django.test import override_settings
+
+    values = {"ops": PAUSER, "deploy": RUNNER}
+    return override_settings(CRON_CELERY={**settings.CRON_CELERY, "API_TOKENS": {
+        name: {"token": values[name], "scopes": scopes} for name, scopes in named.items()}})
+
+
+def test_the_pause_endpoint_pauses_with_a_note_and_an_end_and_the_resume_endpoint_clears_them(
+        client: Any, job: CronJob) -> None:
+    end = ahead(3600).replace(microsecond=0)
+    before = ScheduleChange.objects.order_by("-id").values_list("id", flat=True).first() or 0
+    with tokens_of(ops=["pause"]):
+        paused = client.post("/cron/pause/PZ1/", {"note": NOTE, "until": end.isoformat()},
+                             content_type="application/json", headers={"Authorization": f"Bearer {PAUSER}"})
+        assert paused.status_code == 200, paused.content
+        assert paused.json()["paused"] is True and paused.json()["pause"]["note"] == NOTE
+        assert paused.json()["pause"]["until"] == end.isoformat() and paused.json()["pause"]["by"] == "token:ops"
+        state = row(job)
+        assert (state.paused, state.pause_note, state.paused_by, state.paused_until) == (True, NOTE, "token:ops", end)
+        assert PeriodicTask.objects.get(id=job.periodic_task_id).enabled is False
+        resumed = client.post("/cron/resume/paused-report/", headers={"Authorization": f"Bearer {PAUSER}"})
+    assert resumed.status_code == 200 and resumed.json() == {"job": "paused-report", "code": "PZ1", "paused": False,
+                                                             "pause": None}
+    state = row(job)
+    assert (state.paused, state.pause_note, state.paused_by, state.paused_until) == (False, "", "", None)
+    changes = [(c.actor, c.source, c.changes) for c in ScheduleChange.objects.filter(job_id=job.id, id__gt=before)
+               .order_by("id")]
+    stamp = end.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert changes[:2] == [("token:ops", "endpoint: pause", {"enabled": [True, False]}),
+                           ("token:ops", "endpoint: pause", {"pause_note": ["", NOTE], "paused_until": [None, stamp]})]
+    assert changes[2][:2] == ("token:ops", "endpoint: resume") and changes[2][2]["enabled"] == [False, True]
+
+
+@pytest.mark.parametrize(("fields", "words"), [
+    ({"until": "2001-01-01T00:00Z"}, "is not after now"),
+    ({"until": "next tuesday"}, "expected an ISO-8601 time"),
+    ({"note": "x" * 2001}, "note must be at most 2000 characters"),
+    ({"note": "a\x00b"}, "without NUL"),
+])
+def test_a_pause_the_endpoint_refuses_says_why_and_pauses_nothing(client: Any, job: CronJob,
+                                                                 fields: dict[str, str], words: str) -> None:
+    with tokens_of(ops=["pause"]):
+        answer = client.post("/cron/pause/PZ1/", fields, content_type="application/json",
+                             headers={"Authorization": f"Bearer {PAUSER}"})
+    assert answer.status_code == 400 and words in answer.json()["error"], answer.content
+    assert answer.json()["field"] in ("until", "note")
+    assert row(job).paused is False and PeriodicTask.objects.get(id=job.periodic_task_id).enabled is True
+
+
+def test_pausing_needs_the_pause_scope_or_the_operate_permission(client: Any, admin_client: Any,
+                                                                 job: CronJob) -> None:
+    with tokens_of(deploy=["run", "force"]):
+        refused = client.post("/cron/pause/PZ1/", headers={"Authorization": f"Bearer {RUNNER}"})
+    assert refused.status_code == 403 and refused.json()["missing_scope"] == "pause"
+    assert client.post("/cron/pause/PZ1/").status_code in (401, 403)
+    assert client.get("/cron/pause/PZ1/").status_code in (401, 403, 405)
+    assert row(job).paused is False
+    # A session with the admin's operate permission (the test's superuser), as the admin's Pause… needs.
+    assert admin_client.post("/cron/pause/PZ1/", {"note": "by hand"}).status_code == 200
+    assert (row(job).paused, row(job).pause_note, row(job).paused_by) == (True, "by hand", "admin")
+    assert admin_client.post("/cron/pause/NOPE/").status_code == 404

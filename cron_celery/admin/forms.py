@@ -10,6 +10,7 @@ from typing import Any
 from django import forms
 from django.utils.html import format_html
 
+from cron_celery.decisions import pauses
 from cron_celery.declaring import params, registry
 
 
@@ -29,7 +30,8 @@ class OneOffForm(forms.Form):
 
 
 class PauseForm(forms.Form):
-    note = forms.CharField(label="Note", required=False, max_length=2000, widget=forms.Textarea(attrs={"rows": 3}),
+    note = forms.CharField(label="Note", required=False, max_length=pauses.NOTE_MAX,
+                           widget=forms.Textarea(attrs={"rows": 3}),
                            help_text="Why (shown on the dashboard, the job's page, the API and the audit log)")
     until = forms.CharField(label="Until", required=False, max_length=64,
                             help_text="Optional: when the job resumes itself, e.g. 2026-12-08 08:00, in each "

@@ -11,7 +11,6 @@ from celery import current_app
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
-from django.db import transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
@@ -20,12 +19,12 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from cron_celery import enums, exceptions, models, slots
-from cron_celery.admin.base import ReadOnly, declaration_of, declared_or_say
+from cron_celery.admin.base import ReadOnly, declared_or_say
 from cron_celery.admin.forms import BackfillForm, OneOffForm, ParamsForm, PauseForm
 from cron_celery.admin.schedule_changes import username
-from cron_celery.decisions import audit, in_effect, pauses
+from cron_celery.decisions import audit, in_effect
 from cron_celery.declaring import params, registry
-from cron_celery.run import backfill, resumes, tasks
+from cron_celery.run import backfill, pausing, tasks
 from cron_celery.web import dashboard
 
 
@@ -117,26 +116,14 @@ class JobActions(ReadOnly):
         source = audit.admin_action("pause" if paused else "resume")
         done = 0
         for job in queryset.select_related("periodic_task"):
-            try:
-                # A transaction per job (one job's rows locked at a time, as before), naming the user to
-                # the audit log's triggers.
-                with transaction.atomic():
-                    audit.set_author(actor=username(request), source=source)
-                    task = job.periodic_task
-                    if task is not None:  # the periodic task is the switch; the beat follows it
-                        task.enabled = not paused
-                        task.save(update_fields=["enabled"])
-                    else:
-                        models.CronJob.objects.filter(id=job.id).update(paused=paused)
-                    if paused:  # what is said of the pause, once it is made (a resume clears it)
-                        end = slots.parse_slot(until, job_zone(job)) if until else None
-                        pauses.say(job.id, note=note, until=end, by=username(request))
+            try:  # a transaction per job: one job's rows locked at a time
+                end = slots.parse_slot(until, job_zone(job)) if paused and until else None
+                pausing.switch(current_app, job, paused, actor=username(request), source=source, note=note,
+                               until=end)
             except exceptions.CronCeleryError as error:
                 self.message_user(request, f"{job.name}: {error}", messages.ERROR)
                 continue
             done += 1
-            if not paused and (declared := declaration_of(job)) is not None:
-                resumes.release(current_app, declared)  # the runs the pause held (else the reconciler's)
         verb = "paused" if paused else "resumed"
         if done:
             self.message_user(request, f"{done} job(s) {verb}.", messages.SUCCESS)
@@ -208,10 +195,7 @@ class JobActions(ReadOnly):
 
 def job_zone(job: models.CronJob) -> zoneinfo.ZoneInfo:
     """The timezone a time typed for this job is read in: its schedule's, else its own, else UTC."""
-    try:
-        return zoneinfo.ZoneInfo(job.schedule_timezone or job.timezone or "UTC")
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        return zoneinfo.ZoneInfo("UTC")
+    return pausing.zone_of(job)
 
 
 def local_time(slot: dt.datetime, job: models.CronJob) -> str:

@@ -66,6 +66,11 @@ def admin_action(name: str) -> str:
     return f"admin: {name} action"
 
 
+def endpoint_action(name: str) -> str:
+    """The source of an endpoint's changes: ``"endpoint: pause"``."""
+    return f"endpoint: {name}"
+
+
 def author_sql(*, source: str, actor: str = "", keep: bool = False) -> tuple[str, list[str]]:
     """The ``SELECT`` that names the author (``set_author``), and its parameters: for a statement
     that names it itself, in a CTE (``WITH author AS (...)``), instead of a statement of its own."""

@@ -34,6 +34,8 @@ PAUSE_ENDED = "system (pause ended)"
 #: The audit log's source, and the pause's author, of a job that paused itself after its failures.
 PAUSED_AFTER_FAILURES = "system (pause_after_failures)"
 BY_FAILURES = "cron_celery"
+#: The longest note a person may give a pause (the admin's form and the endpoint).
+NOTE_MAX = 2000
 
 
 def say(job_id: int, *, note: str, until: dt.datetime | None, by: str) -> None:

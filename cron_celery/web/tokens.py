@@ -46,7 +46,9 @@ RUN = "run"
 FORCE = "force"
 #: ``audit/``: the log of schedule changes (who changed what), for auditors; ``read`` does not give it.
 AUDIT = "audit"
-SCOPES = (READ, METRICS, RUN, FORCE, AUDIT)
+#: ``POST pause/<job>/`` and ``POST resume/<job>/``: a pipeline that pauses jobs for a maintenance window.
+PAUSE = "pause"
+SCOPES = (READ, METRICS, RUN, FORCE, AUDIT, PAUSE)
 #: The scopes a scope gives besides itself.
 IMPLIES: dict[str, frozenset[str]] = {READ: frozenset({METRICS})}
 #: What the deprecated ``API_TOKEN`` grants: every scope there was when it was replaced (with

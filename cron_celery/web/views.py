@@ -28,6 +28,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from celery import current_app
+from django.db.models import Q
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware
 from django.utils import dateparse
@@ -35,11 +37,11 @@ from django.utils import timezone as django_timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
-from cron_celery import check_errors, enums, exceptions, models
+from cron_celery import check_errors, enums, exceptions, models, slots
 from cron_celery.beat import health
-from cron_celery.decisions import audit, in_effect, oneoffs
+from cron_celery.decisions import audit, in_effect, oneoffs, pauses
 from cron_celery.declaring import params, registry, storable
-from cron_celery.run import tasks
+from cron_celery.run import pausing, tasks
 from cron_celery.web import dashboard, tokens
 
 logger = logging.getLogger(__name__)
@@ -232,12 +234,9 @@ def run(request: HttpRequest, job: str) -> HttpResponse:
         except ValueError as error:
             return JsonResponse({"error": f"params is not JSON ({error})", "field": "params"}, status=400)
     if request.content_type == "application/json":
-        try:
-            body = storable.loads(request.body or b"{}")
-        except ValueError:
-            return JsonResponse({"error": "the body is not JSON"}, status=400)
-        if not isinstance(body, dict):
-            return JsonResponse({"error": "the body must be a JSON object"}, status=400)
+        body = _json_object(request)
+        if isinstance(body, JsonResponse):
+            return body
         raw_params = body.pop("params", None)
         fields = {key: str(value).lower() if isinstance(value, bool) else str(value)
                   for key, value in body.items() if value is not None}  # null: as if absent
@@ -270,6 +269,68 @@ def run(request: HttpRequest, job: str) -> HttpResponse:
     answer = {"job": declared.name, "slot": slot.isoformat(), "execution_id": sent.execution_id,
               "run_number": sent.run_number, "celery_task_id": sent.celery_task_id}
     return JsonResponse({**answer, "params": given} if given else answer, status=202)
+
+
+@require_POST
+@protected(tokens.PAUSE, models.OPERATE_PERMISSION)
+def pause(request: HttpRequest, job: str) -> HttpResponse:
+    """Pause a job (its name or code). Form or JSON fields, both optional: ``note`` (why, shown on the
+    dashboard, the job's page, ``status/`` and in the audit log) and ``until`` (an ISO-8601 time, naive
+    ones read in the job's timezone: it resumes itself then; one not ahead is a 400 and nothing is
+    paused). The author is the token's name (``token:<name>``) or the user. A token needs the scope
+    ``pause``; a session ``models.OPERATE_PERMISSION``, as the admin's *Pause…* does."""
+    return _switch(request, job, paused=True)
+
+
+@require_POST
+@protected(tokens.PAUSE, models.OPERATE_PERMISSION)
+def resume(request: HttpRequest, job: str) -> HttpResponse:
+    """Resume a job (its name or code): the note and the end are cleared, and the runs the pause held
+    are sent. The same scope and permission as ``pause``."""
+    return _switch(request, job, paused=False)
+
+
+def _json_object(request: HttpRequest) -> dict[str, Any] | JsonResponse:
+    """A JSON request's body, an object; else the 400 that says what is wrong with it."""
+    try:
+        body = storable.loads(request.body or b"{}")
+    except ValueError:
+        return JsonResponse({"error": "the body is not JSON"}, status=400)
+    if not isinstance(body, dict):
+        return JsonResponse({"error": "the body must be a JSON object"}, status=400)
+    return body
+
+
+def _switch(request: HttpRequest, name: str, *, paused: bool) -> HttpResponse:
+    row = models.CronJob.objects.select_related("periodic_task").filter(
+        Q(name=name) | Q(code=name), removed_at__isnull=True).first()
+    if row is None:
+        return JsonResponse({"error": f"no cron job is named {name!r}"}, status=404)
+    fields: dict[str, str] = {key: str(value) for key, value in request.POST.items()}
+    if request.content_type == "application/json":
+        body = _json_object(request)
+        if isinstance(body, JsonResponse):
+            return body
+        fields = {key: str(value) for key, value in body.items() if value is not None}
+    note = fields.get("note", "").strip()
+    if len(note) > pauses.NOTE_MAX or "\x00" in note:
+        return JsonResponse({"error": f"note must be at most {pauses.NOTE_MAX} characters, without NUL",
+                             "field": "note"}, status=400)
+    token = caller(request)
+    actor = f"token:{token.name}" if token else request.user.get_username()
+    try:
+        until = slots.parse_slot(fields["until"], pausing.zone_of(row)) if paused and fields.get("until") else None
+        pausing.switch(current_app, row, paused, actor=actor, source=audit.endpoint_action(
+            "pause" if paused else "resume"), note=note, until=until)
+    except exceptions.InvalidSlot as error:
+        return JsonResponse({"error": f"until: {error}", "field": "until"}, status=400)
+    except exceptions.CronCeleryError as error:
+        return JsonResponse({"error": str(error), "field": "until"}, status=400)
+    logger.info("cron job %s %s through the endpoint by %s", row.name, "paused" if paused else "resumed",
+                f"the token {token.name!r}" if token else f"user {actor!r}", extra={"job": row.code})
+    fresh = models.CronJob.objects.get(id=row.id)
+    return JsonResponse({"job": fresh.name, "code": fresh.code, "paused": fresh.paused,
+                         "pause": dashboard.pause_summary(fresh)})
 
 
 def _log_done(request: HttpRequest, what: str, declared: registry.Job, slot: dt.datetime, execution_id: int) -> None:
