@@ -101,3 +101,23 @@ def test_the_declaration_takes_buffer_one_and_refuses_a_limit_beside_it():
                          max_concurrency=2)
     with pytest.raises(exceptions.ImproperlyDeclared, match="buffer_one"):
         registry.declare(name="buffered-typo", code="BUF3", task_name="tests.fake.typo", overlap="buffer-one")
+
+
+def test_the_forced_last_slot_of_a_one_off_task_does_not_fill_the_buffer():
+    """It waits because it was asked for (django-celery-beat's one_off: sent with force), not as the buffer."""
+    job, job_id = make_job(overlap="buffer_one")
+    begin(job, job_id, slot=SLOT)
+    last = pending(job, job_id, slot=SLOT + HOUR, trigger=Trigger.BEAT, force=True)
+    assert begin(job, job_id, slot=SLOT + HOUR, execution_id=last, trigger=Trigger.BEAT).outcome == claims.WAITING
+    regular = pending(job, job_id, slot=SLOT + 2 * HOUR, trigger=Trigger.BEAT)
+    assert begin(job, job_id, slot=SLOT + 2 * HOUR, execution_id=regular,
+                 trigger=Trigger.BEAT).outcome == claims.WAITING
+
+
+def test_a_rate_limited_job_never_buffers_whatever_its_overlap():
+    """rate_limited skips the calls that meet its live run, which is the point of the pattern."""
+    job, job_id = make_job(pattern="rate_limited", overlap="buffer_one")
+    begin(job, job_id, slot=SLOT)
+    regular = pending(job, job_id, slot=SLOT + HOUR, trigger=Trigger.BEAT)
+    claim = begin(job, job_id, slot=SLOT + HOUR, execution_id=regular, trigger=Trigger.BEAT)
+    assert (claim.outcome, claim.skip_reason) == (Status.SKIPPED, SkipReason.OVERLAP)

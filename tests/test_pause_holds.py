@@ -209,3 +209,24 @@ def test_runs_that_find_their_job_free_wait_or_skip_behind_older_runs_that_wait_
     paused(other_id)
     assert begin(other, other_id, execution_id=held, trigger=Trigger.BACKFILL).outcome == claims.WAITING
     assert begin(other, other_id, slot=LATER, force=True).claimed
+
+
+def test_a_run_behind_older_waiting_runs_of_a_job_with_room_for_two_says_so_and_sends_the_oldest():
+    """max_concurrency=2 with one live run and an older run waiting (sent, not claimed yet): a newer regular
+    slot is skipped saying older runs wait first (not naming a concurrency group it has none of), and tells its
+    caller to send the oldest; a newer run asked for waits behind them, saying so."""
+    job, job_id = make_job(pattern="always", overlap="allow", max_concurrency=2)
+    first = begin(job, job_id, slot=SLOT)
+    begin(job, job_id, slot=SLOT + dt.timedelta(hours=1))
+    older = pending(job, job_id, slot=SLOT + dt.timedelta(hours=2), trigger=Trigger.ENQUEUE)
+    assert begin(job, job_id, slot=SLOT + dt.timedelta(hours=2), execution_id=older,
+                 trigger=Trigger.ENQUEUE).outcome == claims.WAITING
+    finishes.finish(job_id=job_id, execution_id=first.execution_id, fence=first.fence, status=Status.SUCCEEDED)
+    regular = pending(job, job_id, slot=SLOT + dt.timedelta(hours=3), trigger=Trigger.BEAT)
+    skipped = begin(job, job_id, slot=SLOT + dt.timedelta(hours=3), execution_id=regular, trigger=Trigger.BEAT)
+    assert (skipped.outcome, skipped.skip_reason, skipped.behind) == (Status.SKIPPED, SkipReason.CONCURRENCY, True)
+    assert "older run(s) of this job wait to run first" in row(regular).message, row(regular).message
+    asked = pending(job, job_id, slot=SLOT + dt.timedelta(hours=4), trigger=Trigger.ENQUEUE)
+    waits = begin(job, job_id, slot=SLOT + dt.timedelta(hours=4), execution_id=asked, trigger=Trigger.ENQUEUE)
+    assert (waits.outcome, waits.behind) == (claims.WAITING, True)
+    assert row(asked).message.startswith("Waiting: 1 older run(s) of this job wait to run first"), row(asked).message

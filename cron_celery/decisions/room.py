@@ -43,13 +43,13 @@ def buffers_one(job: registry.Job, state: dict[str, Any]) -> bool:
     """``overlap="buffer_one"``: this regular beat slot, kept from the job by a live run (or older runs that
     wait), waits for its turn — as long as no other beat slot of the job waits already (``buffered``)."""
     return (job.overlap == enums.Overlap.BUFFER_ONE and state.get("own_trigger") == enums.Trigger.BEAT
-            and not state.get("buffered"))
+            and job.pattern != enums.ExecutionPattern.RATE_LIMITED and not state.get("buffered"))
 
 
 def waits_for(job: registry.Job, state: dict[str, Any], reason: str) -> dict[str, Any]:
     """What a waiting execution's note names: the older runs it waits behind, the job's own limit, else
     its group's."""
-    if not state.get("job_live") and not job_full(job, state) and behind(job, state):
+    if not job_full(job, state) and behind(job, state):  # room for it, but not once the older have theirs
         return {"ahead": state["ahead"]}
     if reason != enums.SkipReason.CONCURRENCY:
         return {}
@@ -60,7 +60,8 @@ def waits_for(job: registry.Job, state: dict[str, Any], reason: str) -> dict[str
 
 def skip_message(job: registry.Job, state: dict[str, Any], reason: str) -> str:
     if (reason in (enums.SkipReason.OVERLAP, enums.SkipReason.LOCK_UNAVAILABLE)
-            and job.overlap == enums.Overlap.BUFFER_ONE and state.get("own_trigger") == enums.Trigger.BEAT):
+            and job.overlap == enums.Overlap.BUFFER_ONE and state.get("own_trigger") == enums.Trigger.BEAT
+            and job.pattern != enums.ExecutionPattern.RATE_LIMITED):
         return BUFFER_FULL_MESSAGE
     if waits_for(job, state, reason).get("ahead"):
         return BEHIND_MESSAGE.format(ahead=state["ahead"])

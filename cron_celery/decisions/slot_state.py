@@ -58,10 +58,12 @@ def read(cursor: Any, job_id: int, slot: dt.datetime, me: int, *, paused: bool =
           count(*) FILTER (WHERE id <> %(me)s AND waiting_since IS NOT NULL AND status IN ('PENDING', 'RETRYING')
                            AND (NOT %(paused)s OR force)
                            AND (slot < %(slot)s OR (slot = %(slot)s AND %(me)s <> 0 AND id < %(me)s))),
-          count(*) FILTER (WHERE id <> %(me)s AND waiting_since IS NOT NULL AND status = 'PENDING' AND trigger = 'BEAT')
+          count(*) FILTER (WHERE id <> %(me)s AND waiting_since IS NOT NULL AND status = 'PENDING' AND trigger = 'BEAT'
+                           AND NOT force)
         FROM {EXE}
         WHERE job_id = %(job)s AND (slot = %(slot)s OR status = 'RUNNING' OR id = %(me)s
-                                    OR (waiting_since IS NOT NULL AND (slot <= %(slot)s OR trigger = 'BEAT')))
+                                    OR (status IN ('PENDING', 'RETRYING') AND waiting_since IS NOT NULL
+                                        AND (slot <= %(slot)s OR trigger = 'BEAT')))
         """,
         {"me": me, "slot": slot, "job": job_id, "paused": paused},
     )

@@ -139,9 +139,10 @@ class Model:
 
     def buffers_one(self, exe: Exe) -> bool:
         """overlap buffer_one: a regular beat slot kept from the job waits, if no other beat slot of it waits."""
-        return (self.jobs[exe.job].spec.overlap == "buffer_one" and exe.trigger == "BEAT"
+        spec = self.jobs[exe.job].spec
+        return (spec.overlap == "buffer_one" and exe.trigger == "BEAT" and spec.pattern != "rate_limited"
                 and not any(other.id != exe.id and other.waiting and other.status == "PENDING"
-                            and other.trigger == "BEAT" for other in self.of_job(exe.job)))
+                            and other.trigger == "BEAT" and not other.force for other in self.of_job(exe.job)))
 
     # ---- the claim ---------------------------------------------------------------------------
 
