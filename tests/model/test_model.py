@@ -77,8 +77,10 @@ def seen(worker: h.Worker) -> Seen:
         assert isinstance(value, dict), value
         status, execution_id, message = value["status"], value["execution_id"], value["message"]
         reason = next((key for key, text in room.SKIP_MESSAGES.items() if text == message), "")
-        if re.fullmatch(re.escape(room.BEHIND_MESSAGE).replace(re.escape("{ahead}"), r"\d+"), message):
-            # Behind older runs that wait: OVERLAP or CONCURRENCY, as its row says (the message names neither).
+        behind = re.fullmatch(re.escape(room.BEHIND_MESSAGE).replace(re.escape("{ahead}"), r"\d+"), message)
+        if behind or message == room.BUFFER_FULL_MESSAGE:
+            # Behind older runs that wait, or buffer_one's buffer full: OVERLAP, LOCK_UNAVAILABLE or
+            # CONCURRENCY, as its row says (the message names none).
             reason = models.CronExecution.objects.get(id=execution_id).skip_reason
     if status == models.Status.SKIPPED:
         return Seen(SKIP, execution_id, reason=reason)
@@ -271,6 +273,21 @@ class Protocol(h.Machine):
     # and a replay would draw differently. A rule with nothing to act on does nothing.
 
     deliver, deliver_again = h.delivery_rules()
+
+    @rule(key=KEYS)
+    def a_slot_meets_the_live_run(self, key: str) -> None:
+        """A regular slot falls due while the job runs and reaches a worker at once: an overlap-skip job
+        skips it, a buffer_one job keeps one waiting and skips the next, an allow job runs it beside."""
+        if not self.model.live_runs(key):
+            return
+        STATS[f"slot meets the live run of {key}"] += 1
+        before = set(self.model.exes)
+        self.dispatch(key, "on-time")
+        for message in h.queued():
+            if message.execution_id in set(self.model.exes) - before:
+                assert h.take(message)
+                self.history.append(message)
+                self._deliver(message)
 
     @rule(one=PICK, other=PICK)
     def two_workers_at_once(self, one: int, other: int) -> None:
