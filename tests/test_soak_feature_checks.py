@@ -329,3 +329,23 @@ def test_a_buffer_one_slot_skipped_while_no_other_regular_slot_waited_is_reporte
     assert found([live, skipped]) and "while no other regular slot of it waited" in found([live, skipped])[0]
     ran_at_once = row(2, "S07", 3, started=3.2, ended=4)  # it did not wait: it had started before the skip
     assert found([live, ran_at_once, skipped])
+
+
+def test_a_paused_skip_after_a_pauses_end_but_before_it_ended_by_itself_is_taken() -> None:
+    """A pause with an end lasts until a beat or the reconciler ends it, as the audit log dates it: under
+    faults that may be seconds after the end (the hour-long soak: a slot of S04 skipped PAUSED 3.5 s after
+    the end, 0.7 s before the pause ended). A PAUSED skip after that is still an anomaly."""
+    t0 = T0.timestamp()
+    lines = [{"ev": "pause", "job": "S04", "t": t0 + 10}, {"ev": "pause-ends", "job": "S04", "t": t0 + 10.1,
+                                                           "until": t0 + 16}]
+    skipped = row(1, "S04", 12, "SKIPPED", skip_reason="PAUSED", ended=22)
+
+    def found(ends: list[tuple[str, float]]) -> list[str]:
+        result = Result()
+        person = feature_checks.Person(lines, ends)
+        feature_checks.check_all([skipped], {}, {}, [], person, result, jobs={}, window=(0.0, 0.0))
+        return [text for text in result.anomalies["BAD_SKIP"] if "PAUSED" in text]
+
+    assert found([("S04", t0 + 23)]) == [], "ended by itself at 23: paused at 22"
+    assert found([("S04", t0 + 16.2)]), "ended by itself at 16.2: not paused at 22"
+    assert found([]), "no end recorded: judged by its end"

@@ -41,6 +41,7 @@ def check(rows: list[Row], alerts: list[tuple[Any, ...]], markers: Path, *,
     bodies = read_lines(markers, "bodies")
     delivered = read_lines(markers, "alerts")
     person = feature_checks.Person.read(markers)
+    person.pause_ends = pause_ends or []
     result.bodies = sum(1 for line in bodies if line["ev"] == "start")
     starts: dict[tuple[int, int], dict[str, Any]] = {}
     ends: dict[tuple[int, int], dict[str, Any]] = {}

@@ -45,6 +45,9 @@ class Person:
     """What the soak's person did (tests/soak/person.py), from its ``person.jsonl``."""
 
     lines: list[dict[str, Any]]
+    #: (job code, epoch seconds) of the pauses that ended by themselves, as the audit log dates them (the
+    #: beats or the reconciler end a pause at their first look after its end: under faults, seconds late).
+    pause_ends: list[tuple[str, float]] = dataclasses.field(default_factory=list)
 
     @classmethod
     def read(cls, markers: Path) -> Person:
@@ -74,7 +77,7 @@ class Person:
             elif line["ev"] == "pause-failed":
                 sure = False
             elif line["ev"] == "pause-ends":
-                until = line["until"]
+                until = self.ended_by_itself(code, line["until"])
             elif line["ev"] == "resume" and since is not None:
                 if sure or not certain:
                     spans.append((since, min(until, line["t"])))
@@ -82,6 +85,12 @@ class Person:
         if since is not None and (sure or not certain):
             spans.append((since, until))
         return spans
+
+    def ended_by_itself(self, code: str, until: float) -> float:
+        """When a pause of ``code`` with this end did end by itself: the audit log's first such end at or
+        after it (``until`` when none is recorded: a resume came first, or the pause is open)."""
+        return min((moment for job, moment in self.pause_ends if job == code and moment >= until - 1.0),
+                   default=until)
 
     def paused_between(self, code: str, before: float, after: float) -> bool:
         """Whether a pause of ``code`` (plus the beat's lag either side) lies between two slots."""
