@@ -8,6 +8,7 @@ delivered as mail) and no process behind, also when it is interrupted with Ctrl-
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -77,14 +78,32 @@ def leftovers(pids: dict[str, int]) -> list[str]:
     return left
 
 
+class Launched(list):  # type: ignore[type-arg]
+    """The demos a test started, and the processes each said it started (``pids``)."""
+
+    pids: dict[str, int]
+
+
 @pytest.fixture(autouse=True)
 def _no_stray_processes() -> Any:
-    procs: list[subprocess.Popen[str]] = []
+    """Whatever a test leaves running is stopped: the demo by Ctrl-C, else killed; then every process
+    group the demo said it started (its worker and beats run in groups of their own, so a demo that
+    could not clean up would leave them behind: beats still holding the leader lock of the demo's
+    database, which the next run of the test then cannot take)."""
+    procs = Launched()
+    procs.pids = {}
     yield procs
     for proc in procs:  # only if an assertion failed half way
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGINT)
-            proc.wait(timeout=60)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+    for pid in procs.pids.values():
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
 
 
 def test_the_demo_runs_two_beats_for_a_minute_and_leaves_nothing_behind(_no_stray_processes: list[Any],
@@ -142,6 +161,7 @@ def test_ctrl_c_stops_the_demo_and_every_process_it_started(_no_stray_processes:
     else:
         pytest.fail("".join(seen))
     pids = started_pids("".join(seen))
+    _no_stray_processes.pids.update(pids)
     assert set(pids) == {"worker", "beat-1", "beat-2"}
     time.sleep(1)
     os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the foreground group
