@@ -39,11 +39,18 @@ def behind(job: registry.Job, state: dict[str, Any]) -> bool:
     return job.limit is not None and (state.get("live_count") or 0) + (state.get("ahead") or 0) >= job.limit
 
 
+def _buffering(job: registry.Job, state: dict[str, Any]) -> bool:
+    """A regular beat slot of an ``overlap="buffer_one"`` job (never a ``rate_limited`` one: its calls that
+    meet its live run are skipped whatever its overlap)."""
+    return (job.overlap == enums.Overlap.BUFFER_ONE and state.get("own_trigger") == enums.Trigger.BEAT
+            and job.pattern != enums.ExecutionPattern.RATE_LIMITED)
+
+
 def buffers_one(job: registry.Job, state: dict[str, Any]) -> bool:
     """``overlap="buffer_one"``: this regular beat slot, kept from the job by a live run (or older runs that
-    wait), waits for its turn — as long as no other beat slot of the job waits already (``buffered``)."""
-    return (job.overlap == enums.Overlap.BUFFER_ONE and state.get("own_trigger") == enums.Trigger.BEAT
-            and job.pattern != enums.ExecutionPattern.RATE_LIMITED and not state.get("buffered"))
+    wait), waits for its turn — as long as no other beat slot of the job waits already (``buffered``: a forced
+    one, the last slot of a ``one_off`` task, waits as a run asked for and does not count)."""
+    return _buffering(job, state) and not state.get("buffered")
 
 
 def waits_for(job: registry.Job, state: dict[str, Any], reason: str) -> dict[str, Any]:
@@ -59,9 +66,7 @@ def waits_for(job: registry.Job, state: dict[str, Any], reason: str) -> dict[str
 
 
 def skip_message(job: registry.Job, state: dict[str, Any], reason: str) -> str:
-    if (reason in (enums.SkipReason.OVERLAP, enums.SkipReason.LOCK_UNAVAILABLE)
-            and job.overlap == enums.Overlap.BUFFER_ONE and state.get("own_trigger") == enums.Trigger.BEAT
-            and job.pattern != enums.ExecutionPattern.RATE_LIMITED):
+    if reason in (enums.SkipReason.OVERLAP, enums.SkipReason.LOCK_UNAVAILABLE) and _buffering(job, state):
         return BUFFER_FULL_MESSAGE
     if waits_for(job, state, reason).get("ahead"):
         return BEHIND_MESSAGE.format(ahead=state["ahead"])

@@ -22,7 +22,7 @@ import redis
 from pottery import Redlock
 from pottery.exceptions import ExtendUnlockedLock, QuorumIsImpossible, ReleaseUnlockedLock, TooManyExtensions
 
-from cron_celery import conf, enums, exceptions
+from cron_celery import conf, exceptions
 
 logger = logging.getLogger(__name__)
 F = TypeVar("F", bound=Callable[..., Any])
@@ -116,8 +116,7 @@ class JobLock:
 def for_job(job: Any) -> JobLock | None:
     """The job's lock, or None when the job needs none (overlap ``allow``: the database
     decides the slot alone) or no Redis master is configured."""
-    exclusive = job.overlap != enums.Overlap.ALLOW or job.pattern == enums.ExecutionPattern.RATE_LIMITED
-    if not exclusive or not conf.lock_masters():
+    if not job.exclusive or not conf.lock_masters():
         return None
     return JobLock(job.code)
 
